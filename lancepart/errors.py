@@ -1,0 +1,39 @@
+"""Typed errors of lancepart. Every message names the offending field, value or path."""
+
+from __future__ import annotations
+
+
+class LancepartError(Exception):
+    """Base class of every error lancepart raises on purpose."""
+
+
+class InvalidSpecError(LancepartError, ValueError):
+    """A partition spec, partition field or namespace schema violates the spec."""
+
+
+class SchemaMismatchError(LancepartError, ValueError):
+    """Input data does not match the namespace schema."""
+
+
+class NamespaceNotFoundError(LancepartError, FileNotFoundError):
+    """No partitioned namespace (or the named child namespace) exists at the path."""
+
+
+class NamespaceExistsError(LancepartError, FileExistsError):
+    """A partitioned namespace already exists where one was to be created."""
+
+
+class CommitConflictError(LancepartError):
+    """A __manifest commit kept conflicting with concurrent commits; nothing was published."""
+
+
+class ExpectationFailedError(LancepartError):
+    """A data-quality expectation failed; nothing was published."""
+
+
+class ConfigError(LancepartError, ValueError):
+    """A job configuration is incomplete or wrong; the message names the key."""
+
+
+class CorruptNamespaceError(LancepartError):
+    """The __manifest table or its metadata cannot be read as a partitioned namespace."""
