@@ -37,3 +37,11 @@ class ConfigError(LancepartError, ValueError):
 
 class CorruptNamespaceError(LancepartError):
     """The __manifest table or its metadata cannot be read as a partitioned namespace."""
+
+
+class ExpressionEvaluationError(LancepartError):
+    """A partition expression planned fine but failed while evaluating data (for example a cast of one value)."""
+
+
+class InvalidArgumentError(LancepartError, ValueError):
+    """An API argument has a value outside what it accepts (the message names it)."""
