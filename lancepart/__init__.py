@@ -1,0 +1,37 @@
+"""lancepart: a write engine for Lance partitioned namespaces (spec/partitioning.md).
+
+>>> from lancepart import PartitionedNamespace, PartitionSpec, PartitionField
+"""
+
+from lancepart.errors import (
+    CommitConflictError,
+    ExpectationFailedError,
+    InvalidSpecError,
+    LancepartError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    SchemaMismatchError,
+)
+from lancepart.namespace import PartitionedNamespace
+from lancepart.results import CleanupStats, CommitResult, PartitionInfo
+from lancepart.spec import PartitionField, PartitionSpec, Transform
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CleanupStats",
+    "CommitConflictError",
+    "CommitResult",
+    "ExpectationFailedError",
+    "InvalidSpecError",
+    "LancepartError",
+    "NamespaceExistsError",
+    "NamespaceNotFoundError",
+    "PartitionField",
+    "PartitionInfo",
+    "PartitionSpec",
+    "PartitionedNamespace",
+    "SchemaMismatchError",
+    "Transform",
+    "__version__",
+]

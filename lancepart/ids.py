@@ -1,0 +1,88 @@
+"""Object ids and table directories (spec "Physical Layout and Naming"; DESIGN-NOTES §4, §5).
+
+A partition namespace id is 16 base36 characters derived deterministically from the spec
+version, the level and the partition values down to that level, so every writer names
+the same partition the same way. Nothing may ever parse a value out of an id: values
+live in the ``partition_field_*`` columns of ``__manifest``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import struct
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+DELIMITER = "$"
+TABLE_NAME = "dataset"
+ID_LENGTH = 16
+_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+_ID_SPACE = 36**ID_LENGTH
+
+
+def spec_namespace(spec_id: int) -> str:
+    """The spec version namespace name: ``v<N>``."""
+    return f"v{spec_id}"
+
+
+def _base36(n: int) -> str:
+    out = []
+    for _ in range(ID_LENGTH):
+        n, r = divmod(n, 36)
+        out.append(_ALPHABET[r])
+    return "".join(reversed(out))
+
+
+def partition_ids(spec_id: int, values: Sequence[pa.Array]) -> list[list[str]]:
+    """Namespace ids of every level for each partition (one row per partition).
+
+    ``values[level]`` holds the partition values of field ``level`` (typed by its
+    ``result_type``), one entry per partition. Returns ``ids[row][level]``: the id of the
+    partition namespace at that level. Equal values give equal ids in every process.
+
+    >>> partition_ids(1, [pa.array([2025], pa.int32())])[0][0] == partition_ids(1, [pa.array([2025], pa.int32())])[0][0]
+    True
+    """
+    from lancepart.murmur3 import canonical_bytes  # canonical encoding shared with bucket hashing
+
+    if not values:
+        return []
+    n = len(values[0])
+    encoded = [canonical_bytes(v).to_pylist() for v in values]
+    out: list[list[str]] = []
+    for row in range(n):  # per partition, not per data row
+        h = hashlib.sha256(b"lance-partition-namespace\x00" + str(spec_id).encode())
+        ids = []
+        for level, column in enumerate(encoded):
+            b = column[row]
+            # level and a length prefix keep (NULL), (b"") and value boundaries distinct
+            h.update(struct.pack("<IB", level, b is not None))
+            if b is not None:
+                h.update(struct.pack("<Q", len(b)) + b)
+            ids.append(_base36(int.from_bytes(h.copy().digest(), "big") % _ID_SPACE))
+        out.append(ids)
+    return out
+
+
+def namespace_object_id(spec_id: int, ids: Sequence[str]) -> str:
+    """``v<N>$<id1>$...$<idk>``: the object_id of a partition namespace."""
+    return DELIMITER.join([spec_namespace(spec_id), *ids])
+
+
+def table_object_id(spec_id: int, ids: Sequence[str]) -> str:
+    """``v<N>$<id1>$...$dataset``: the object_id of a partition table."""
+    return DELIMITER.join([spec_namespace(spec_id), *ids, TABLE_NAME])
+
+
+def table_location(object_id: str) -> str:
+    """A fresh table directory, ``<8 random lowercase hex>_<object_id>`` (DESIGN-NOTES §5).
+
+    Random, so a table created, dropped and recreated never shares a directory.
+    """
+    return f"{secrets.token_hex(4)}_{object_id}"
+
+
+def is_valid_namespace_id(name: str) -> bool:
+    return len(name) == ID_LENGTH and all(c in _ALPHABET for c in name)

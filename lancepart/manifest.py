@@ -1,0 +1,231 @@
+"""The ``__manifest`` Lance table: read a snapshot, evolve its columns, commit atomically.
+
+Spec: spec/directory-namespace.md "V2: Manifest" and spec/partitioning.md "Manifest Table
+Schema" / "Transaction"; DESIGN-NOTES §6, §7, §8.
+
+Every lancepart commit rewrites the whole table as one Lance ``Update`` that removes every
+fragment of the snapshot it was computed from, against that snapshot's version. Two such
+commits therefore always conflict in Lance's conflict resolver, which makes the manifest a
+linearizable register: a commit lands only if nothing else committed rows since its
+snapshot, and the loser reloads and rebases (:meth:`Manifest.update`). The manifest holds
+one row per namespace/table, a few MB at 10^4 partitions, so the rewrite costs
+milliseconds, and it keeps the table compact as a side effect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance import LanceOperation
+
+from lancepart.errors import CommitConflictError, CorruptNamespaceError, NamespaceNotFoundError
+
+MANIFEST_DIR = "__manifest"
+
+# The five columns exactly as lance.namespace.DirectoryNamespace creates them.
+STANDARD_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("object_id", pa.utf8(), nullable=False,
+             metadata={"lance-schema:unenforced-primary-key:position": "0"}),
+    pa.field("object_type", pa.utf8(), nullable=False),
+    pa.field("location", pa.utf8()),
+    pa.field("metadata", pa.utf8()),
+    pa.field("base_objects", pa.list_(pa.field("object_id", pa.utf8()))),
+)
+# DESIGN-NOTES §7: the transaction columns follow the standard ones.
+VERSION_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("read_version", pa.uint64()),
+    pa.field("read_branch", pa.utf8()),
+    pa.field("read_tag", pa.utf8()),
+)
+PARTITION_COLUMN_PREFIX = "partition_field_"
+INDEXES: tuple[tuple[str, str], ...] = (("object_id", "BTREE"), ("object_type", "BITMAP"),
+                                        ("base_objects", "LABEL_LIST"))
+
+T = TypeVar("T")
+
+
+def join_uri(root: str, *parts: str) -> str:
+    """Join a root (local path or URI) with relative parts using '/'."""
+    return "/".join([root.rstrip("/"), *parts])
+
+
+def normalize_root(root: str | os.PathLike[str]) -> str:
+    """Absolute local path for a local root (relative ones resolve against the cwd); URIs as given."""
+    root = os.fspath(root)
+    if "://" in root:
+        return root.rstrip("/") if not root.endswith(":///") else root
+    return os.path.abspath(os.path.expanduser(root))
+
+
+def manifest_schema(partition_fields: Sequence[pa.Field] = ()) -> pa.Schema:
+    return pa.schema([*STANDARD_FIELDS, *VERSION_FIELDS, *partition_fields])
+
+
+class ManifestConflict(Exception):
+    """Internal: someone else committed to __manifest since our snapshot."""
+
+
+@dataclass(frozen=True)
+class ManifestSnapshot:
+    """One version of ``__manifest``: its rows, its table metadata and its fragments."""
+
+    version: int
+    rows: pa.Table
+    metadata: dict[str, str]
+    fragment_ids: tuple[int, ...]
+    _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def row_index(self) -> dict[str, int]:
+        """object_id -> row number (built once per snapshot)."""
+        if not self._index and self.rows.num_rows:
+            self._index.update({oid: i for i, oid in enumerate(self.rows.column("object_id").to_pylist())})
+        return self._index
+
+    def has(self, object_id: str) -> bool:
+        return object_id in self.row_index()
+
+    def row(self, object_id: str) -> dict[str, Any] | None:
+        i = self.row_index().get(object_id)
+        return None if i is None else self.rows.slice(i, 1).to_pylist()[0]
+
+    def tables(self) -> pa.Table:
+        return self.rows.filter(pc.equal(self.rows.column("object_type"), "table"))
+
+
+class Manifest:
+    """Handle on ``<root>/__manifest``."""
+
+    def __init__(self, root: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self.uri = join_uri(root, MANIFEST_DIR)
+        self.storage_options = dict(storage_options) if storage_options else None
+
+    # ------------------------------------------------------------------ reading
+    def dataset(self, version: int | None = None) -> lance.LanceDataset:
+        try:
+            return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+        except ValueError as e:
+            if "not found" in str(e).lower() or "does not exist" in str(e).lower():
+                raise NamespaceNotFoundError(f"no __manifest table at {self.uri}") from None
+            raise CorruptNamespaceError(f"cannot open __manifest at {self.uri}: {e}") from e
+        except OSError as e:
+            raise CorruptNamespaceError(f"cannot open __manifest at {self.uri}: {e}") from e
+
+    def exists(self) -> bool:
+        try:
+            self.dataset()
+        except NamespaceNotFoundError:
+            return False
+        return True
+
+    def snapshot(self, version: int | None = None) -> ManifestSnapshot:
+        ds = self.dataset(version)
+        try:
+            rows = ds.to_table()
+        except (OSError, ValueError) as e:
+            raise CorruptNamespaceError(f"cannot read __manifest at {self.uri} version {ds.version}: {e}") from e
+        return ManifestSnapshot(
+            version=ds.version,
+            rows=rows,
+            metadata=dict(ds.metadata),
+            fragment_ids=tuple(f.fragment_id for f in ds.get_fragments()),
+        )
+
+    # ------------------------------------------------------------------ writing
+    def create(self, rows: pa.Table, metadata: Mapping[str, str]) -> ManifestSnapshot:
+        """Create ``__manifest`` with its rows, then set its table metadata and indexes.
+
+        The namespace counts as partitioned only once the metadata commit lands (spec
+        "Metadata Definition"), so a create that dies half way leaves no partitioned namespace.
+        """
+        ds = lance.write_dataset(rows, self.uri, schema=rows.schema, mode="create",
+                                 storage_options=self.storage_options)
+        ds.update_metadata(dict(metadata))
+        self.ensure_indexes()
+        return self.snapshot()
+
+    def ensure_indexes(self) -> None:
+        """BTREE on object_id, Bitmap on object_type, LabelList on base_objects (directory-namespace spec)."""
+        ds = self.dataset()
+        if ds.count_rows() == 0:
+            return  # nothing to train an index on yet
+        have = {tuple(i.field_names) for i in ds.describe_indices()}
+        for column, kind in INDEXES:
+            if (column,) not in have:
+                ds.create_scalar_index(column, kind, name=f"{column}_idx")
+
+    def commit(self, base: ManifestSnapshot, rows: pa.Table) -> ManifestSnapshot:
+        """Replace the rows of ``base`` by ``rows`` in one commit, or raise :class:`ManifestConflict`."""
+        ds = self.dataset(base.version)
+        rows = rows.select(ds.schema.names).cast(ds.schema)
+        frags = (lance.fragment.write_fragments(rows, ds, storage_options=self.storage_options)
+                 if rows.num_rows else [])
+        op = LanceOperation.Update(removed_fragment_ids=list(base.fragment_ids), new_fragments=frags)
+        try:
+            new = lance.LanceDataset.commit(self.uri, op, read_version=base.version,
+                                            storage_options=self.storage_options)
+        except lance.commit.CommitConflictError as e:
+            raise ManifestConflict(str(e)) from e
+        return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),
+                                fragment_ids=tuple(f.fragment_id for f in new.get_fragments()))
+
+    def update(
+        self,
+        mutate: Callable[[ManifestSnapshot], tuple[pa.Table | None, T]],
+        *,
+        max_retries: int = 20,
+        base_delay: float = 0.05,
+        max_delay: float = 2.0,
+        what: str = "__manifest commit",
+    ) -> tuple[ManifestSnapshot, T, int]:
+        """Optimistic read-modify-write: reload, ``mutate``, commit; on conflict back off and redo.
+
+        ``mutate(snapshot)`` returns ``(new_rows or None, value)``; None means nothing to
+        commit. It must be a pure function of the snapshot so that it can be re-run on a
+        newer one (this is the rebase). Exponential backoff with full jitter; after
+        ``max_retries`` conflicts raises :class:`CommitConflictError` with nothing committed.
+        Returns ``(snapshot after commit, value, retries)``.
+        """
+        for attempt in range(max_retries + 1):
+            snap = self.snapshot()
+            rows, value = mutate(snap)
+            if rows is None:
+                return snap, value, attempt
+            try:
+                return self.commit(snap, rows), value, attempt
+            except ManifestConflict:
+                if attempt == max_retries:
+                    break
+                time.sleep(random.uniform(0, min(max_delay, base_delay * 2**attempt)))
+        raise CommitConflictError(
+            f"{what}: {max_retries + 1} attempts conflicted with concurrent commits to {self.uri}; "
+            f"nothing was published"
+        )
+
+    def add_columns(self, fields: Sequence[pa.Field]) -> None:
+        """Add all-NULL columns through Lance schema evolution (DESIGN-NOTES §7)."""
+        ds = self.dataset()
+        missing = [f for f in fields if f.name not in ds.schema.names]
+        if missing:
+            ds.add_columns(missing)
+
+    def set_metadata(self, values: Mapping[str, str]) -> None:
+        self.dataset().update_metadata(dict(values))
+
+
+def rows_from_records(schema: pa.Schema, records: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Build manifest rows; absent keys are NULL."""
+    return pa.Table.from_pylist([dict(r) for r in records], schema=schema)
+
+
+def metadata_json(properties: Mapping[str, str] | None) -> str:
+    return json.dumps(dict(properties or {}), separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,54 @@
+"""Plain result records returned by the public API (CONTRACT.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition table as ``__manifest`` publishes it."""
+
+    object_id: str
+    location: str
+    spec_id: int
+    values: dict[str, Any]
+    read_version: int | None
+    read_branch: str | None = None
+    read_tag: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one publish did. ``skipped`` is True when ``batch_id`` was already committed."""
+
+    manifest_version: int
+    rows_written: int = 0
+    partitions_touched: int = 0
+    partitions_created: int = 0
+    retries: int = 0
+    batch_id: str | None = None
+    skipped: bool = False
+    seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CleanupStats:
+    """What a cleanup removed (or would remove, in a dry run)."""
+
+    versions_removed: int = 0
+    files_removed: int = 0
+    bytes_removed: int = 0
+    tables_scanned: int = 0
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
