@@ -1,0 +1,1 @@
+"""Snapshot reads and partition pruning through ``__manifest``."""

@@ -1,0 +1,51 @@
+"""Fault injection at named protocol steps, for the crash and conflict tests.
+
+Inert unless ``LANCEPART_FAULT`` is set, e.g. ``LANCEPART_FAULT=after_table_commits:exit``.
+Form: ``<step>:<action>[:<n>]`` with action ``raise`` (InjectedFault), ``exit``
+(``os._exit(77)``, no cleanup, like kill -9) or ``sleep`` (n seconds, default 5); with
+``raise``/``exit`` an ``n`` fires on the n-th time the step is reached (default 1st).
+Several specs may be given separated by commas.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from lancepart.errors import LancepartError
+
+ENV = "LANCEPART_FAULT"
+STEPS = (
+    "after_plan",  # partitions known, nothing written
+    "after_reserve",  # reservation committed
+    "after_fragments",  # some fragments written (checked after each partition table's fragments)
+    "after_table_commit",  # after each partition table commit
+    "after_table_commits",  # every touched table committed, __manifest not yet
+    "before_manifest_commit",  # inside the retry loop, just before the __manifest commit
+    "after_manifest_commit",  # published
+)
+_counts: dict[str, int] = {}
+
+
+class InjectedFault(LancepartError):
+    """Raised by a ``raise`` fault; never raised in production."""
+
+
+def checkpoint(step: str) -> None:
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    for item in spec.split(","):
+        name, _, rest = item.partition(":")
+        if name.strip() != step:
+            continue
+        action, _, arg = rest.partition(":")
+        _counts[step] = _counts.get(step, 0) + 1
+        if action == "sleep":
+            time.sleep(float(arg or 5))
+            continue
+        if _counts[step] != int(arg or 1):
+            continue
+        if action == "exit":
+            os._exit(77)
+        raise InjectedFault(f"injected fault at protocol step {step!r}")

@@ -1,0 +1,96 @@
+"""In-process write (no Spark): the same plan -> reserve -> fragments -> publish path.
+
+Input is consumed in chunks of ``chunk_rows`` so memory stays bounded for a
+``RecordBatchReader``; each chunk's partitions are reserved, its groups written as Lance
+fragments straight into the partition tables, and the whole input published at the end
+in one ``__manifest`` commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import lance
+import pyarrow as pa
+
+from lancepart.errors import InvalidArgumentError
+from lancepart.manifest import join_uri
+from lancepart.results import CommitResult
+from lancepart.write import faults
+from lancepart.write.plan import check_schema, conform, group_rows, partition_values
+from lancepart.write.publish import TableWrite, committed_batch, publish
+from lancepart.write.reserve import reserve_partitions
+
+if TYPE_CHECKING:
+    from lancepart.namespace import PartitionedNamespace
+
+log = logging.getLogger("lancepart.write")
+MODES = ("append", "overwrite")
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def _chunks(reader: pa.RecordBatchReader, chunk_rows: int) -> Iterator[pa.Table]:
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in reader:
+        pending.append(batch)
+        size += batch.num_rows
+        if size >= chunk_rows:
+            yield pa.Table.from_batches(pending, schema=reader.schema)
+            pending, size = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending, schema=reader.schema)
+
+
+def write_local(
+    ns: PartitionedNamespace,
+    data: pa.Table | pa.RecordBatchReader | pa.RecordBatch,
+    mode: str = "append",
+    batch_id: str | None = None,
+    *,
+    chunk_rows: int = 1_000_000,
+    max_rows_per_file: int = 1_048_576,
+    max_retries: int = 20,
+) -> CommitResult:
+    started = time.monotonic()
+    check_mode(mode)
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    reader = data.to_reader(max_chunksize=chunk_rows) if isinstance(data, pa.Table) else data
+    schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
+    check_schema(reader.schema, schema)  # before any byte is written
+    if batch_id is not None:
+        snap = manifest.snapshot()
+        if committed_batch(snap, batch_id) is not None:
+            log.info("batch %s already published; skipping", batch_id)
+            return CommitResult(manifest_version=snap.version, batch_id=batch_id, skipped=True,
+                                seconds=round(time.monotonic() - started, 3))
+    writes: dict[str, TableWrite] = {}
+    created = retries = 0
+    so = manifest.storage_options
+    for chunk in _chunks(reader, chunk_rows):
+        table = conform(chunk, schema)
+        groups = group_rows(partition_values(table, spec, schema), spec.id)
+        faults.checkpoint("after_plan")
+        if not groups.indices:
+            continue
+        res = reserve_partitions(manifest, spec, groups.key_arrays, schema, max_retries=max_retries)
+        created += res.created
+        retries += res.retries
+        faults.checkpoint("after_reserve")
+        for ref, idx in zip(res.tables, groups.indices, strict=False):
+            frags = lance.fragment.write_fragments(table.take(idx), join_uri(manifest.root, ref.location),
+                                                   max_rows_per_file=max_rows_per_file, storage_options=so)
+            w = writes.setdefault(ref.object_id, TableWrite(ref.object_id, ref.location))
+            w.fragments.extend(frags)
+            w.rows += len(idx)
+            faults.checkpoint("after_fragments")
+    return publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
+                   partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries)

@@ -1,0 +1,124 @@
+"""Plan a write: conform input to the namespace schema, compute partition values, group rows.
+
+Engine-agnostic and vectorised (Arrow compute); the Spark adapter runs the same functions
+per Arrow batch on executors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lancepart import ids as _ids
+from lancepart import transforms
+from lancepart.errors import SchemaMismatchError
+from lancepart.spec import PartitionSpec
+
+
+def promotable(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Input type ``src`` may be written into a column of type ``dst`` without losing values."""
+    if transforms.losslessly_castable(src, dst):
+        return True
+    if pa.types.is_timestamp(src) and pa.types.is_timestamp(dst):
+        order = "s ms us ns".split()
+        return src.tz == dst.tz and order.index(src.unit) <= order.index(dst.unit)
+    if pa.types.is_integer(src) and pa.types.is_floating(dst):
+        return src.bit_width < (24 if dst.bit_width == 32 else 53)  # exactly representable
+    if pa.types.is_dictionary(src):
+        return promotable(src.value_type, dst)
+    return False
+
+
+def check_schema(input_schema: pa.Schema, schema: pa.Schema) -> None:
+    """Raise :class:`SchemaMismatchError` naming the column unless every input column exists in
+    the namespace schema with an equal or safely promotable type, and every non-nullable
+    namespace column is present. Runs before any byte is written."""
+    names = set(schema.names)
+    extra = [n for n in input_schema.names if n not in names]
+    missing = [f.name for f in schema if f.name not in input_schema.names and not f.nullable]
+    if extra:
+        raise SchemaMismatchError(
+            f"input column(s) {extra} are not in the namespace schema (columns: {schema.names})")
+    if missing:
+        raise SchemaMismatchError(f"required (non-nullable) column(s) {missing} are missing from the input")
+    dup = sorted({n for n in input_schema.names if input_schema.names.count(n) > 1})
+    if dup:
+        raise SchemaMismatchError(f"input has duplicate column(s) {dup}")
+    for f in input_schema:
+        target = schema.field(f.name).type
+        if f.type != target and not promotable(f.type, target):
+            raise SchemaMismatchError(
+                f"column {f.name!r} is {f.type} in the input but {target} in the namespace schema "
+                f"(only lossless promotions such as int32->int64 are applied)")
+
+
+def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
+    """``data`` as a table of exactly ``schema``: columns in order, promoted types, absent
+    nullable columns as NULL. NULLs in a non-nullable column raise :class:`SchemaMismatchError`."""
+    check_schema(data.schema, schema)
+    n = data.num_rows
+    cols = []
+    for f in schema:
+        if f.name not in data.schema.names:
+            cols.append(pa.nulls(n, f.type))
+            continue
+        col = data.column(f.name)
+        if not f.nullable and col.null_count:
+            raise SchemaMismatchError(f"column {f.name!r} is non-nullable but the input has {col.null_count} NULLs")
+        cols.append(col if col.type == f.type else col.cast(f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def partition_values(data: pa.Table | pa.RecordBatch, spec: PartitionSpec, schema: pa.Schema) -> pa.Table:
+    """One column ``partition_field_<id>`` per spec field, one row per input row."""
+    cols = [transforms.apply(f, data, schema) for f in spec.fields]
+    return pa.Table.from_arrays(cols, schema=pa.schema([pa.field(f.column_name, f.result_type) for f in spec.fields]))
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Rows grouped by partition: ``keys`` has one row per distinct partition tuple,
+    ``indices[i]`` the input row numbers of partition ``i``."""
+
+    keys: pa.Table
+    indices: list[np.ndarray]
+    spec_id: int
+
+    @property
+    def table_object_ids(self) -> list[str]:
+        return [_ids.table_object_id(self.spec_id, row) for row in _ids.partition_ids(self.spec_id, self.key_arrays)]
+
+    @property
+    def key_arrays(self) -> list[pa.Array]:
+        return [c.combine_chunks() for c in self.keys.columns]
+
+
+def group_rows(values: pa.Table, spec_id: int) -> Groups:
+    """Group row numbers by partition tuple (vectorised: one sort, no per-row Python)."""
+    n = values.num_rows
+    if n == 0:
+        return Groups(keys=values.slice(0, 0), indices=[], spec_id=spec_id)
+    names = values.schema.names
+    order = pc.sort_indices(values, sort_keys=[(c, "ascending", "at_end") for c in names])
+    ordered = values.take(order)
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in names:
+        col = ordered.column(c).combine_chunks()
+        if n > 1:
+            a, b = col.slice(1), col.slice(0, n - 1)
+            neq = pc.fill_null(pc.not_equal(a, b), True).to_numpy(zero_copy_only=False)
+            nulls_a, nulls_b = a.is_null().to_numpy(zero_copy_only=False), b.is_null().to_numpy(zero_copy_only=False)
+            neq = np.where(nulls_a & nulls_b, False, neq)  # NULL == NULL for grouping
+            if pa.types.is_floating(col.type):  # NaN == NaN for grouping
+                nan_a = pc.fill_null(pc.is_nan(a), False).to_numpy(zero_copy_only=False)
+                nan_b = pc.fill_null(pc.is_nan(b), False).to_numpy(zero_copy_only=False)
+                neq = np.where(nan_a & nan_b, False, neq)
+            change[1:] |= neq
+    starts = np.flatnonzero(change)
+    order_np = order.to_numpy()
+    indices = np.split(order_np, starts[1:])
+    return Groups(keys=ordered.take(pa.array(starts)), indices=indices, spec_id=spec_id)

@@ -1,0 +1,80 @@
+"""Commit new fragments to one partition table on top of its *published* version.
+
+DESIGN-NOTES §8 hazard 2: versions beyond ``read_version`` belong to jobs that died or
+have not published yet. A commit therefore produces a version whose fragments are
+exactly ``published ∪ ours`` (append) or ``ours`` (overwrite). Each round:
+
+1. if a published fragment is missing from the latest version, or carries a deletion
+   file the published version does not (a writer with an older base removed it, or an
+   unpublished delete touched it), commit ``Restore(published)`` first;
+2. commit an ``Update`` that removes every foreign fragment and adds ours;
+3. Lance may have rebased that ``Update`` over a concurrent commit, smuggling in someone
+   else's unpublished fragments; versions are immutable, so only the version we made has
+   to be exact. If it is not, back off with jitter and go round.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+
+import lance
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata
+
+from lancepart.errors import CommitConflictError
+from lancepart.manifest import join_uri
+
+Ident = tuple[frozenset[str], tuple[int, int] | None]
+
+
+def _ident(frag: FragmentMetadata) -> Ident:
+    """A fragment's identity: its data files plus its deletion file, if any."""
+    df = frag.deletion_file
+    return frozenset(f.path for f in frag.files), None if df is None else (df.read_version, df.id)
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(random.uniform(0, min(1.0, 0.01 * 2**attempt)))
+
+
+def commit_table(
+    root: str,
+    location: str,
+    base_version: int | None,
+    fragments: Sequence[FragmentMetadata],
+    *,
+    overwrite: bool = False,
+    storage_options: Mapping[str, str] | None = None,
+    max_attempts: int = 40,
+) -> int:
+    """Commit ``fragments`` to the table at ``location`` on top of ``base_version``; return
+    the new version, whose fragments are exactly the base's (unless ``overwrite``) plus ours."""
+    uri = join_uri(root, location)
+    so = dict(storage_options) if storage_options else None
+    base: set[Ident] = set()
+    if not overwrite:
+        published = lance.dataset(uri, version=base_version, storage_options=so)
+        base = {_ident(f.metadata) for f in published.get_fragments()}
+    mine = {_ident(f) for f in fragments}
+    wanted = base | mine
+    for attempt in range(max_attempts):
+        latest = lance.dataset(uri, storage_options=so)
+        have = {_ident(f.metadata): f.fragment_id for f in latest.get_fragments()}
+        try:
+            if not base <= set(have):
+                lance.LanceDataset.commit(uri, LanceOperation.Restore(base_version), read_version=latest.version,
+                                          storage_options=so)
+                continue
+            remove = [fid for ident, fid in have.items() if ident not in wanted]
+            add = [f for f in fragments if _ident(f) not in have]
+            ours = lance.LanceDataset.commit(uri, LanceOperation.Update(removed_fragment_ids=remove, new_fragments=add),
+                                             read_version=latest.version, storage_options=so)
+        except lance.commit.CommitConflictError:
+            _backoff(attempt)
+            continue
+        if {_ident(f.metadata) for f in ours.get_fragments()} == wanted:
+            return ours.version
+        _backoff(attempt)
+    raise CommitConflictError(f"partition table {location}: {max_attempts} commits conflicted; nothing published")
