@@ -103,7 +103,8 @@ def arrow_type_to_json(t: pa.DataType) -> _m.JsonArrowDataType:
     if pa.types.is_struct(t):
         return J(type="struct", fields=[_field_to_json(t.field(i)) for i in range(t.num_fields)])
     if pa.types.is_map(t):
-        return J(type="map", fields=[_field_to_json(pa.field("entries", pa.struct([t.key_field, t.item_field]), False))])
+        entries = pa.field("entries", pa.struct([t.key_field, t.item_field]), nullable=False)
+        return J(type="map", fields=[_field_to_json(entries)])
     raise InvalidSpecError(f"Arrow type {t} has no JSON representation in the namespace schema")
 
 
@@ -291,7 +292,7 @@ class PartitionField:
     {'type': 'bucket', 'num_buckets': 8}
     """
 
-    __slots__ = ("_model", "transform", "result_type")
+    __slots__ = ("_model", "result_type", "transform")
 
     def __init__(
         self,
@@ -403,7 +404,7 @@ class PartitionSpec:
     ('partition_spec_v1', ['event_date'])
     """
 
-    __slots__ = ("id", "fields")
+    __slots__ = ("fields", "id")
 
     def __init__(self, id: int, fields: Sequence[PartitionField]) -> None:
         if not isinstance(id, int) or isinstance(id, bool) or id < 1:

@@ -86,7 +86,7 @@ def _field(**kw):
 )
 def test_invalid_field_rules(obj, message):
     """Every structural rule raises InvalidSpecError naming the field."""
-    with pytest.raises(InvalidSpecError, match="'f'|partition field") as exc:
+    with pytest.raises(InvalidSpecError, match=r"'f'|partition field") as exc:
         PartitionSpec.from_json({"id": 1, "fields": [obj]})
     assert message in str(exc.value)
 

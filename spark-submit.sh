@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Run a lancepart job with spark-submit, shipping the lancepart package to the executors.
+#
+#   ./spark-submit.sh jobs/<job>.py --config configs/<file>.yaml [spark-submit options]
+#
+# Options other than --config are passed to spark-submit (--master, --conf k=v,
+# --executor-memory, ...); everything after a literal `--` goes to the job. Without
+# --master the job runs on the embedded local[*]. Python: $LANCEPART_PYTHON, else the
+# project's .venv, else python3; it must have lancepart's dependencies installed
+# (on a cluster ship an environment with --archives, see README).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+job="$1"; shift
+[ -f "$job" ] || { echo "spark-submit.sh: job file $job not found" >&2; exit 2; }
+
+py="${LANCEPART_PYTHON:-}"
+if [ -z "$py" ]; then
+  if [ -x "$here/.venv/bin/python" ]; then py="$here/.venv/bin/python"; else py="$(command -v python3)"; fi
+fi
+spark_home="$("$py" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))' 2>/dev/null)" || {
+  echo "spark-submit.sh: pyspark is not importable by $py; run 'make setup' first" >&2; exit 2; }
+
+spark_args=(); job_args=(); has_master=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) job_args+=("$1" "$2"); shift 2 ;;
+    --config=*) job_args+=("$1"); shift ;;
+    --) shift; job_args+=("$@"); break ;;
+    --master) has_master=1; spark_args+=("$1" "$2"); shift 2 ;;
+    --master=*) has_master=1; spark_args+=("$1"); shift ;;
+    --*=*) spark_args+=("$1"); shift ;;
+    --verbose|--supervise) spark_args+=("$1"); shift ;;
+    --*) spark_args+=("$1" "$2"); shift 2 ;;
+    *) job_args+=("$1"); shift ;;
+  esac
+done
+[ "$has_master" = 1 ] || spark_args+=(--master "local[*]")
+# Quiet Spark's INFO logging unless the caller brings its own driver options.
+case " ${spark_args[*]} " in
+  *" --driver-java-options "*) ;;
+  *) spark_args+=(--driver-java-options "-Dlog4j2.configurationFile=file:$here/configs/log4j2.properties") ;;
+esac
+
+# Ship the package as a zip so executors import the same code as the driver.
+mkdir -p "$here/build"
+pkg="$here/build/lancepart-pkg.zip"
+(cd "$here" && "$py" - "$pkg" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
+    for d, _, files in os.walk("lancepart"):
+        for f in files:
+            if f.endswith(".py"):
+                z.write(os.path.join(d, f))
+PY
+)
+
+export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$py}"
+export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$py}"
+export SPARK_HOME="${SPARK_HOME:-$spark_home}"
+exec "$SPARK_HOME/bin/spark-submit" "${spark_args[@]}" --py-files "$pkg" "$job" "${job_args[@]}"
