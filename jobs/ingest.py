@@ -2,9 +2,12 @@
 
 Usage: ./spark-submit.sh jobs/ingest.py --config configs/demo.yaml [spark-submit options]
 
-Until the write engine lands this job plans and reserves: it creates the namespace if
-missing, computes the partition tuples of the source on the executors and reserves them
-in __manifest (namespace rows, table rows, empty tables), then prints a summary.
+Creates the namespace from the config's schema and spec when it does not exist, reads the
+source (Parquet, CSV, JSON or the built-in generator), runs the config's expectations,
+writes Lance fragments on the executors and publishes them in one __manifest commit, then
+prints a JSON summary (rows, partitions touched/created, manifest version, retries,
+seconds). Exit codes: 0 published or skipped (batch id already published), 2 a lancepart
+error (nothing published).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     except LancepartError as e:
         print(f"ingest failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    summary["seconds"] = round(time.monotonic() - started, 2)
+    summary["job_seconds"] = round(time.monotonic() - started, 2)
     print(json.dumps(summary, indent=2, default=str))
     return 0
 

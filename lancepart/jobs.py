@@ -38,26 +38,20 @@ def source_dataframe(spark, cfg: JobConfig):
 
 
 def run_ingest(cfg: JobConfig) -> dict[str, Any]:
-    from lancepart.spark.plan import distinct_partitions
+    """Open (or create) the namespace, read the source, gate it, write it and publish it once."""
+    from lancepart.spark import write
     from lancepart.spark.session import get_session
-    from lancepart.write.reserve import reserve_partitions
 
     spark = get_session(cfg.spark.get("app_name", "lancepart-ingest"), cfg.spark.get("conf"))
     ns, created_ns = open_or_create(cfg)
     df = source_dataframe(spark, cfg)
-    rows = df.count()
-    spec = ns.current_spec
-    parts = distinct_partitions(df, spec, ns.schema)
-    res = reserve_partitions(ns.manifest, spec, [parts.column(f.column_name) for f in spec.fields], ns.schema)
+    log.info("ingest into %s (mode=%s, batch_id=%s)", ns.root, cfg.mode, cfg.batch_id)
+    result = write(df, ns.root, mode=cfg.mode, batch_id=cfg.batch_id,
+                   storage_options=cfg.namespace.storage_options or None, expectations=cfg.expectations or None)
     return {
         "root": ns.root,
         "namespace_created": created_ns,
-        "spec_id": spec.id,
-        "rows_read": rows,
-        "partitions": parts.num_rows,
-        "partitions_created": res.created,
-        "manifest_version": res.snapshot.version,
-        "retries": res.retries,
-        "published_rows": 0,
-        "note": "plan + reserve only; fragment writing and the publish commit arrive with the write engine",
+        "spec_id": ns.current_spec.id,
+        "mode": cfg.mode,
+        **{k: v for k, v in result.to_dict().items() if k != "details"},
     }

@@ -23,8 +23,9 @@ def promotable(src: pa.DataType, dst: pa.DataType) -> bool:
     if transforms.losslessly_castable(src, dst):
         return True
     if pa.types.is_timestamp(src) and pa.types.is_timestamp(dst):
+        # zoned -> zoned keeps the instant whatever the zones; naive <-> zoned would shift wall clocks
         order = "s ms us ns".split()
-        return src.tz == dst.tz and order.index(src.unit) <= order.index(dst.unit)
+        return (src.tz is None) == (dst.tz is None) and order.index(src.unit) <= order.index(dst.unit)
     if pa.types.is_integer(src) and pa.types.is_floating(dst):
         return src.bit_width < (24 if dst.bit_width == 32 else 53)  # exactly representable
     if pa.types.is_dictionary(src):
@@ -50,9 +51,11 @@ def check_schema(input_schema: pa.Schema, schema: pa.Schema) -> None:
     for f in input_schema:
         target = schema.field(f.name).type
         if f.type != target and not promotable(f.type, target):
+            hint = "only lossless promotions such as int32->int64 are applied"
+            if pa.types.is_timestamp(f.type) and pa.types.is_timestamp(target) and f.type.tz and not target.tz:
+                hint = "a zoned timestamp (Spark TIMESTAMP) into a wall-clock column: cast it to timestamp_ntz first"
             raise SchemaMismatchError(
-                f"column {f.name!r} is {f.type} in the input but {target} in the namespace schema "
-                f"(only lossless promotions such as int32->int64 are applied)")
+                f"column {f.name!r} is {f.type} in the input but {target} in the namespace schema ({hint})")
 
 
 def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:

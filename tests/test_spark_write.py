@@ -1,0 +1,125 @@
+"""The Spark write path on real Spark local[2]: spec/partitioning.md "Transaction" and
+DESIGN-NOTES §8. Partition values are recomputed independently (mmh3, dates) and the
+published snapshot is read back with Lance at every table's read_version."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import lance
+import lance.namespace as lns
+import pyarrow as pa
+import pytest
+
+from lancepart import PartitionedNamespace, SchemaMismatchError
+from lancepart import spark as lps
+from lancepart.sample import demo_events
+from lancepart.spark.sample import generated_events
+
+pytestmark = pytest.mark.spark
+
+SPEC = {"id": 1, "fields": [
+    {"field_id": "event_date", "source_ids": [1], "transform": {"type": "identity"}, "result_type": {"type": "date32"}},
+    {"field_id": "user_bucket", "source_ids": [4], "transform": {"type": "bucket", "num_buckets": 4},
+     "result_type": {"type": "int32"}},
+]}
+
+
+@pytest.fixture
+def ns(root) -> PartitionedNamespace:
+    schema = demo_events(1).schema
+    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), SPEC)
+
+
+def to_df(spark, table: pa.Table):
+    """A Spark DataFrame of demo rows; event_ts stays wall-clock (TIMESTAMP_NTZ) like the namespace column."""
+    import pandas as pd
+
+    df = spark.createDataFrame(table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get))
+    return df.withColumn("event_ts", df["event_ts"].cast("timestamp_ntz"))
+
+
+def expected_counts(data: pa.Table) -> Counter:
+    import mmh3
+    import numpy as np
+
+    users = data.column("user_id").to_numpy()
+    uniq, inv = np.unique(users, return_inverse=True)
+    b = np.array([abs(mmh3.hash(int(u).to_bytes(8, "little", signed=True), 0, signed=True)) % 4 for u in uniq])
+    return Counter(zip(data.column("event_date").to_pylist(), b[inv].tolist(), strict=True))
+
+
+def published(ns: PartitionedNamespace) -> tuple[Counter, pa.Table]:
+    ns.refresh()
+    counts = Counter()
+    for p in ns.partitions():
+        counts[(p.values["event_date"], p.values["user_bucket"])] += lance.dataset(
+            os.path.join(ns.root, p.location), version=p.read_version).count_rows()
+    return counts, ns.to_table().sort_by("id")
+
+
+def test_spark_append_publishes_exactly_the_input(spark, ns):
+    df = generated_events(spark, 60_000, seed=11, slices=3)
+    data = demo_events(20_000, seed=11, start_id=0)
+    for s in (1, 2):  # the same rows the executors generate, made locally
+        data = pa.concat_tables([data, demo_events(20_000, seed=11, start_id=s * 20_000)])
+    r = lps.write(df, ns.root, batch_id="b-1")
+    assert (r.rows_written, r.partitions_created, r.partitions_touched, r.skipped) == (60_000, 28, 28, False)
+    counts, table = published(ns)
+    assert counts == expected_counts(data)
+    assert table.equals(data.cast(ns.schema))
+    oids = [p.object_id for p in ns.partitions()]
+    assert len(oids) == len(set(oids)) == 28
+    # several tasks wrote into one partition table: its fragments come from more than one task
+    p = ns.partitions()[0]
+    assert len(lance.dataset(os.path.join(ns.root, p.location), version=p.read_version).get_fragments()) >= 2
+    again = lps.write(df, ns.root, batch_id="b-1")
+    assert again.skipped and again.manifest_version == r.manifest_version
+    # Lance's reference DirectoryNamespace lists and describes the new tables
+    d = lns.DirectoryNamespace(root=ns.root)
+    level1 = d.list_namespaces(lns.ListNamespacesRequest(id=["v1"])).namespaces
+    assert len(level1) == 7
+    desc = d.describe_table(lns.DescribeTableRequest(id=p.object_id.split("$")))
+    assert desc.location.rstrip("/").endswith(p.location)
+
+
+def test_spark_overwrite_replaces_only_touched_partitions(spark, ns):
+    old = demo_events(5_000, seed=2)
+    lps.write(to_df(spark, old), ns.root)
+    before, _ = published(ns)
+    new = demo_events(40, seed=3, start_id=100_000, days=1)
+    r = lps.write(to_df(spark, new), ns.root, mode="overwrite")
+    touched = expected_counts(new)
+    assert r.partitions_touched == len(touched)
+    after, _ = published(ns)
+    for key, n in before.items():
+        assert after[key] == (touched[key] if key in touched else n)
+
+
+def test_task_failure_publishes_nothing(spark, ns):
+    lps.write(to_df(spark, demo_events(1_000)), ns.root)
+    _, snapshot = published(ns)
+    bad = demo_events(1_000, start_id=1_000, seed=4)
+    ids = bad.column("id").to_pylist()
+    ids[777] = None  # non-nullable id: the write tasks fail, planning does not
+    bad = bad.set_column(0, pa.field("id", pa.int64()), pa.array(ids, pa.int64()))
+    with pytest.raises(Exception, match="'id' is non-nullable but the input has 1 NULLs"):
+        lps.write(to_df(spark, bad), ns.root)
+    _, after = published(ns)
+    assert after.equals(snapshot)
+
+
+def test_schema_mismatch_before_any_write(spark, ns):
+    df = to_df(spark, demo_events(10)).withColumnRenamed("country", "nation")
+    version = ns.manifest_version
+    with pytest.raises(SchemaMismatchError, match="'nation'"):
+        lps.write(df, ns.root)
+    assert ns.refresh().manifest_version == version
+    base = to_df(spark, demo_events(10))
+    wrong = base.withColumn("user_id", base["user_id"].cast("string"))
+    with pytest.raises(SchemaMismatchError, match="column 'user_id' is string in the input but int64"):
+        lps.write(wrong, ns.root)
+    zoned = base.withColumn("event_ts", base["event_ts"].cast("timestamp"))
+    with pytest.raises(SchemaMismatchError, match="cast it to timestamp_ntz first"):
+        lps.write(zoned, ns.root)
