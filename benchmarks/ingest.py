@@ -106,7 +106,7 @@ def main() -> int:
                 commits.append(r.manifest_version - v0)
             shutil.rmtree(root, ignore_errors=True)
             shutil.rmtree(out, ignore_errors=True)
-            print(f"{case} round {rnd}: lancepart {lp:.2f}s  spark parquet {sp:.2f}s", file=sys.stderr)
+            print(f"{case} round {rnd}: lancepart {lp:.2f}s {r.details}  spark parquet {sp:.2f}s", file=sys.stderr)
         lp_med, sp_med = statistics.median(lp_times), statistics.median(sp_times)
         report["cases"][case] = {
             "partitions": parts, "lancepart_s": round(lp_med, 3), "spark_parquet_s": round(sp_med, 3),

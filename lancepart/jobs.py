@@ -53,5 +53,5 @@ def run_ingest(cfg: JobConfig) -> dict[str, Any]:
         "namespace_created": created_ns,
         "spec_id": ns.current_spec.id,
         "mode": cfg.mode,
-        **{k: v for k, v in result.to_dict().items() if k != "details"},
+        **result.to_dict(),
     }

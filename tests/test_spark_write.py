@@ -5,6 +5,7 @@ published snapshot is read back with Lance at every table's read_version."""
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 
 import lance
@@ -123,3 +124,62 @@ def test_schema_mismatch_before_any_write(spark, ns):
     zoned = base.withColumn("event_ts", base["event_ts"].cast("timestamp"))
     with pytest.raises(SchemaMismatchError, match="cast it to timestamp_ntz first"):
         lps.write(zoned, ns.root)
+
+
+def test_concurrent_creator_wins_and_spark_job_adopts_its_tables(spark, ns, monkeypatch):
+    """DESIGN-NOTES §8 hazard 1 on the Spark path: executors wrote new partitions into this
+    job's own directories; meanwhile another process reserves the same partitions. Exactly
+    one table per partition survives and the Spark job's rows move into the winner's tables."""
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    data = demo_events(3_000, seed=31, start_id=50_000)
+    df = to_df(spark, data)
+    monkeypatch.setenv("LANCEPART_FAULT", "after_fragments:sleep:6")  # read by the driver only
+    other: dict = {}
+
+    def rival():
+        time.sleep(1.0)
+        env = {k: v for k, v in os.environ.items() if k != "LANCEPART_FAULT"}
+        other["proc"] = subprocess.run([sys.executable, str(Path(__file__).with_name("writer_proc.py")), ns.root,
+                                        "--start", "0", "--rows", "2000"], env=env, capture_output=True, text=True)
+
+    t = threading.Thread(target=rival)
+    t.start()
+    r = lps.write(df, ns.root)
+    t.join()
+    assert other["proc"].returncode == 0, other["proc"].stderr
+    assert r.details.get("adopted", 0) > 0 and r.partitions_created < 28
+    ns.refresh()
+    oids = [p.object_id for p in ns.partitions()]
+    assert len(oids) == len(set(oids)) == 28
+    dirs = [d for d in os.listdir(ns.root) if d != "__manifest"]
+    assert sorted(dirs) == sorted(p.location for p in ns.partitions())  # the job's losing directories are gone
+    ids = sorted(ns.to_table(columns=["id"]).column("id").to_pylist())
+    assert ids == list(range(2_000)) + list(range(50_000, 53_000))
+
+
+def test_failing_expectation_publishes_nothing(spark, ns):
+    from lancepart import ExpectationFailedError
+
+    lps.write(to_df(spark, demo_events(500)), ns.root)
+    _, before = published(ns)
+    version = ns.manifest_version
+    bad = demo_events(1_000, seed=41, start_id=1_000)
+    amounts = bad.column("amount").to_pylist()
+    amounts[10], amounts[20] = -5.0, 99_999.0
+    bad = bad.set_column(5, "amount", pa.array(amounts))
+    expectations = [{"type": "not_null", "column": "id"}, {"type": "between", "column": "amount", "min": 0,
+                                                            "max": 10_000},
+                    {"type": "in_set", "column": "country", "values": ["US", "FR", "DE", "JP", "BR"]}]
+    with pytest.raises(ExpectationFailedError) as exc:
+        lps.write(to_df(spark, bad), ns.root, expectations=expectations)
+    assert "1 of 3 expectations failed" in str(exc.value) and "2 of 1000 rows unexpected" in str(exc.value)
+    assert ns.refresh().manifest_version == version
+    assert sorted(d for d in os.listdir(ns.root)) == sorted(["__manifest", *(p.location for p in ns.partitions())])
+    _, after = published(ns)
+    assert after.equals(before)
+    ok = lps.write(to_df(spark, demo_events(100, start_id=5_000)), ns.root, expectations=expectations)
+    assert ok.rows_written == 100 and "expectations_s" in ok.details

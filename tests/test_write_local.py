@@ -264,3 +264,13 @@ def test_same_batch_id_in_two_processes_publishes_once(ns):
 
 def test_conflict_error_type_is_exported():
     assert issubclass(CommitConflictError, Exception)
+
+
+def test_local_write_runs_expectations(ns):
+    from lancepart import ExpectationFailedError
+
+    with pytest.raises(ExpectationFailedError, match=r"unique\(id\)"):
+        ns.write(pa.concat_tables([demo_events(10), demo_events(10)]),
+                 expectations=[{"type": "unique", "column": "id"}])
+    assert ns.refresh().partitions() == []
+    assert ns.write(demo_events(10), expectations=[{"type": "unique", "column": "id"}]).rows_written == 10

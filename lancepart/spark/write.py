@@ -1,13 +1,18 @@
 """Spark front end of the write path (spec "Transaction"; DESIGN-NOTES §8).
 
-1. plan: executors compute the partition tuples (``mapInArrow``); only distinct tuples
-   reach the driver, which reserves new partitions in one ``__manifest`` commit;
-2. write: executors compute the partition values again, group each task's rows by
-   partition (one sort, Arrow) and write Lance fragments straight into each partition
-   table's directory with ``lance.fragment.write_fragments``, one partition at a time, so
-   a task never holds more than one open writer; only fragment metadata (JSON) travels
-   back;
-3. publish: the driver commits each touched table and makes ONE ``__manifest`` commit.
+One pass over the input:
+
+1. executors compute the partition values of their rows (vectorised transforms inside
+   ``mapInArrow``), group each task's rows by partition (one Arrow sort) and write Lance
+   fragments with ``lance.fragment.write_fragments``, one partition at a time, so a task
+   never holds more than one open writer. A partition that already has a table is written
+   into that table's directory; a new one into a directory this job names itself
+   (``<hash of job id and object id>_<object_id>``), so no driver round trip is needed.
+   Only fragment metadata (and the values of new partitions) travel back;
+2. the driver creates the new partitions' tables (empty) and reserves them in one
+   ``__manifest`` commit. If a concurrent writer reserved one of them first, its row wins
+   and this job rewrites its rows for that partition into the winner's table;
+3. the driver commits each touched table and publishes them all in ONE ``__manifest`` commit.
 
 A task that fails leaves only unreferenced files; nothing is published unless every task
 succeeded. Large partitions are split naturally: every task writes its own fragments.
@@ -15,18 +20,24 @@ succeeded. Large partitions are split naturally: every task writes its own fragm
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import shutil
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import lance
 import pyarrow as pa
+from lance import LanceOperation
 
-from lancepart.errors import LancepartError
 from lancepart.manifest import join_uri
 from lancepart.namespace import PartitionedNamespace
+from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.write import faults
 from lancepart.write.local import check_mode
 from lancepart.write.plan import check_schema
 from lancepart.write.publish import TableWrite, committed_batch, fragments_from_json, publish
@@ -34,11 +45,12 @@ from lancepart.write.reserve import reserve_partitions
 
 log = logging.getLogger("lancepart.spark")
 
-FRAGMENT_ROW_SCHEMA = "object_id string, fragments string, num_rows long"
+FRAGMENT_ROW_SCHEMA = "object_id string, location string, fragments string, num_rows long, keys binary"
 
 
-class NonDeterministicInputError(LancepartError):
-    """The input produced a partition in the write pass that the planning pass did not see."""
+def job_location(job_id: str, object_id: str) -> str:
+    """The directory a job uses for a partition table it creates (DESIGN-NOTES §5 form)."""
+    return f"{hashlib.sha256(f'{job_id}/{object_id}'.encode()).hexdigest()[:8]}_{object_id}"
 
 
 def _arrow_schema_of(df) -> pa.Schema:
@@ -49,13 +61,18 @@ def _arrow_schema_of(df) -> pa.Schema:
     return to_arrow_schema(df.schema, timezone=tz)
 
 
-def _write_task(root: str, spec_json: str, schema_bytes: bytes, locations: Mapping[str, str],
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mapping[str, str], job_id: str,
                 storage_options: Mapping[str, str] | None, flush_rows: int, max_rows_per_file: int):
     """The executor function: Arrow batches in, one row per written partition group out."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import lance
-
         from lancepart.spec import PartitionSpec
         from lancepart.write.plan import conform, group_rows, partition_values
 
@@ -68,22 +85,22 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, locations: Mappi
         def flush() -> pa.RecordBatch | None:
             table = conform(pa.Table.from_batches(pending), schema)
             groups = group_rows(partition_values(table, spec, schema), spec.id)
-            oids, frags, counts = [], [], []
-            for oid, idx in zip(groups.table_object_ids, groups.indices, strict=True):
-                location = locations.get(oid)
+            out: dict[str, list] = {"object_id": [], "location": [], "fragments": [], "num_rows": [], "keys": []}
+            for i, (oid, idx) in enumerate(zip(groups.table_object_ids, groups.indices, strict=True)):
+                location = existing.get(oid)
+                keys = None
                 if location is None:
-                    raise NonDeterministicInputError(
-                        f"partition table {oid} appeared while writing but not while planning: the input is not "
-                        f"deterministic; persist or checkpoint the DataFrame before writing it")
-                written = lance.fragment.write_fragments(table.take(idx), join_uri(root, location),
+                    location, keys = job_location(job_id, oid), _ipc(groups.keys.slice(i, 1))
+                written = lance.fragment.write_fragments(table.take(idx), join_uri(root, location), schema=schema,
                                                          max_rows_per_file=max_rows_per_file, storage_options=so)
-                oids.append(oid)
-                frags.append(json.dumps([f.to_json() for f in written]))
-                counts.append(len(idx))
-            if not oids:
+                for k, v in (("object_id", oid), ("location", location), ("num_rows", len(idx)), ("keys", keys),
+                             ("fragments", json.dumps([f.to_json() for f in written]))):
+                    out[k].append(v)
+            if not out["object_id"]:
                 return None
-            return pa.RecordBatch.from_arrays([pa.array(oids), pa.array(frags), pa.array(counts, pa.int64())],
-                                              names=["object_id", "fragments", "num_rows"])
+            return pa.RecordBatch.from_pydict(out, schema=pa.schema([
+                ("object_id", pa.utf8()), ("location", pa.utf8()), ("fragments", pa.utf8()),
+                ("num_rows", pa.int64()), ("keys", pa.binary())]))
 
         for batch in batches:
             pending.append(batch)
@@ -101,6 +118,25 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, locations: Mappi
     return run
 
 
+def _create_empty(root: str, location: str, schema: pa.Schema, so: Mapping[str, str] | None) -> int:
+    """Create the (empty) table in a directory that already holds this job's data files."""
+    return lance.LanceDataset.commit(join_uri(root, location), LanceOperation.Overwrite(schema, []),
+                                     storage_options=dict(so) if so else None).version
+
+
+def _move_into(root: str, w: TableWrite, winner: str, schema: pa.Schema, so: Mapping[str, str] | None) -> None:
+    """A concurrent writer created the partition first: rewrite our rows into its table."""
+    so_ = dict(so) if so else None
+    ours = lance.LanceDataset.commit(join_uri(root, w.location),
+                                     LanceOperation.Update(removed_fragment_ids=[], new_fragments=w.fragments),
+                                     read_version=1, storage_options=so_)
+    w.fragments = lance.fragment.write_fragments(ours.to_table(), join_uri(root, winner), schema=schema,
+                                                 storage_options=so_)
+    if "://" not in root:
+        shutil.rmtree(join_uri(root, w.location), ignore_errors=True)
+    w.location = winner
+
+
 def write(
     df,
     root: str,
@@ -108,7 +144,6 @@ def write(
     batch_id: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     *,
-    persist: bool = True,
     flush_rows: int = 1_000_000,
     max_rows_per_file: int = 1_048_576,
     max_retries: int = 20,
@@ -118,9 +153,9 @@ def write(
     ``__manifest`` commit.
 
     ``mode``: ``"append"`` or ``"overwrite"`` (dynamic partition overwrite). A ``batch_id``
-    that is already published makes this a no-op with ``skipped=True``. ``persist`` keeps
-    the input between the planning and the writing pass so both see the same rows.
-    ``expectations`` run as a data-quality gate before anything is written.
+    that is already published makes this a no-op with ``skipped=True``. ``expectations``
+    run as a data-quality gate (:mod:`lancepart.quality`) before anything is written.
+    ``flush_rows`` bounds the rows a task buffers before writing its fragments.
 
     >>> # from lancepart import spark as lps; lps.write(df, "/data/events", batch_id="2025-12-10")
     """
@@ -129,56 +164,60 @@ def write(
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     check_schema(_arrow_schema_of(df), schema)  # before any byte is written
-    if batch_id is not None:
-        snap = manifest.snapshot()
-        if committed_batch(snap, batch_id) is not None:
-            log.info("batch %s already published; skipping", batch_id)
-            return CommitResult(manifest_version=snap.version, batch_id=batch_id, skipped=True,
-                                seconds=round(time.monotonic() - started, 3))
+    snap = manifest.snapshot()
+    if batch_id is not None and committed_batch(snap, batch_id) is not None:
+        log.info("batch %s already published; skipping", batch_id)
+        return CommitResult(manifest_version=snap.version, batch_id=batch_id, skipped=True,
+                            seconds=round(time.monotonic() - started, 3))
+    phases: dict[str, Any] = {}
     if expectations:
         from lancepart.quality import check
 
+        t = time.monotonic()
         check(df, expectations)
-    cached = persist and not df.storageLevel.useMemory and not df.storageLevel.useDisk
-    if cached:
-        df = df.persist()
-    try:
-        from lancepart.spark.plan import distinct_partitions
-
-        phases: dict[str, float] = {}
-        t = time.monotonic()
-        parts = distinct_partitions(df, spec, schema)
-        phases["plan_s"] = round(time.monotonic() - t, 3)
-        log.info("planned %d partitions in %.2fs", parts.num_rows, phases["plan_s"])
-        if parts.num_rows == 0:
-            return publish(manifest, spec.namespace, [], mode=mode, batch_id=batch_id, started=started,
-                           max_retries=max_retries)
-        t = time.monotonic()
-        res = reserve_partitions(manifest, spec, [parts.column(f.column_name).combine_chunks() for f in spec.fields],
-                                 schema, max_retries=max_retries)
-        phases["reserve_s"] = round(time.monotonic() - t, 3)
-        log.info("reserved %d new partitions (%d retries)", res.created, res.retries)
-        locations = {t.object_id: t.location for t in res.tables}
-        task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), locations,
-                           manifest.storage_options, flush_rows, max_rows_per_file)
-        t = time.monotonic()
-        rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
-        phases["write_s"] = round(time.monotonic() - t, 3)
-    finally:
-        if cached:
-            df.unpersist()
+        phases["expectations_s"] = round(time.monotonic() - t, 3)
+    tables = snap.tables()
+    prefix = spec.namespace + "$"
+    existing = {oid: loc for oid, loc in zip(tables.column("object_id").to_pylist(),
+                                             tables.column("location").to_pylist(), strict=True)
+                if oid.startswith(prefix)}
+    job_id = uuid.uuid4().hex
+    so = manifest.storage_options
+    task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
+                       so, flush_rows, max_rows_per_file)
+    t = time.monotonic()
+    rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
+    phases["write_s"] = round(time.monotonic() - t, 3)
+    faults.checkpoint("after_fragments")
     writes: dict[str, TableWrite] = {}
+    new_keys: dict[str, bytes] = {}
     for r in rows:
-        w = writes.setdefault(r["object_id"], TableWrite(r["object_id"], locations[r["object_id"]]))
+        w = writes.setdefault(r["object_id"], TableWrite(r["object_id"], r["location"]))
         w.fragments.extend(fragments_from_json(json.loads(r["fragments"])))
         w.rows += r["num_rows"]
-    log.info("wrote %d fragments into %d partition tables", sum(len(w.fragments) for w in writes.values()),
-             len(writes))
+        if r["keys"] is not None:
+            new_keys.setdefault(r["object_id"], r["keys"])
+    t = time.monotonic()
+    created = retries = 0
+    if new_keys:
+        oids = list(new_keys)
+        keys = pa.concat_tables([pa.ipc.open_stream(new_keys[o]).read_all() for o in oids])
+        versions = map_threads(lambda o: _create_empty(manifest.root, writes[o].location, schema, so), oids)
+        prepared = {o: (writes[o].location, v) for o, v in zip(oids, versions, strict=True)}
+        res = reserve_partitions(manifest, spec, [c.combine_chunks() for c in keys.columns], schema,
+                                 max_retries=max_retries, prepared=prepared)
+        created, retries = res.created, res.retries
+        lost = [ref for ref in res.tables if ref.location != writes[ref.object_id].location]
+        map_threads(lambda ref: _move_into(manifest.root, writes[ref.object_id], ref.location, schema, so), lost)
+        if lost:
+            phases["adopted"] = len(lost)
+    phases["reserve_s"] = round(time.monotonic() - t, 3)
+    faults.checkpoint("after_reserve")
     t = time.monotonic()
     result = publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
-                     partitions_created=res.created, max_retries=max_retries, started=started,
-                     extra_retries=res.retries)
+                     partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries)
     phases["publish_s"] = round(time.monotonic() - t, 3)
     phases["fragments"] = sum(len(w.fragments) for w in writes.values())
     result.details.update(phases)
+    log.info("published %s", json.dumps(result.to_dict(), default=str))
     return result

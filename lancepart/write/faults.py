@@ -10,6 +10,7 @@ Several specs may be given separated by commas.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from lancepart.errors import LancepartError
@@ -25,6 +26,7 @@ STEPS = (
     "after_manifest_commit",  # published
 )
 _counts: dict[str, int] = {}
+_lock = threading.Lock()  # table commits reach their checkpoint from several threads
 
 
 class InjectedFault(LancepartError):
@@ -40,11 +42,12 @@ def checkpoint(step: str) -> None:
         if name.strip() != step:
             continue
         action, _, arg = rest.partition(":")
-        _counts[step] = _counts.get(step, 0) + 1
+        with _lock:
+            _counts[step] = n = _counts.get(step, 0) + 1
         if action == "sleep":
             time.sleep(float(arg or 5))
             continue
-        if _counts[step] != int(arg or 1):
+        if n != int(arg or 1):
             continue
         if action == "exit":
             os._exit(77)

@@ -58,12 +58,16 @@ def write_local(
     chunk_rows: int = 1_000_000,
     max_rows_per_file: int = 1_048_576,
     max_retries: int = 20,
+    expectations: list[dict] | None = None,
 ) -> CommitResult:
     started = time.monotonic()
     check_mode(mode)
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     reader = data.to_reader(max_chunksize=chunk_rows) if isinstance(data, pa.Table) else data
+    if not isinstance(reader, pa.RecordBatchReader):
+        raise InvalidArgumentError(f"data must be a pa.Table, pa.RecordBatch or pa.RecordBatchReader, "
+                                   f"got {type(data).__name__}")
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     check_schema(reader.schema, schema)  # before any byte is written
     if batch_id is not None:
@@ -72,6 +76,12 @@ def write_local(
             log.info("batch %s already published; skipping", batch_id)
             return CommitResult(manifest_version=snap.version, batch_id=batch_id, skipped=True,
                                 seconds=round(time.monotonic() - started, 3))
+    if expectations:
+        if not isinstance(data, pa.Table):
+            raise InvalidArgumentError("expectations need the whole input: pass a pa.Table, not a stream")
+        from lancepart.quality import check
+
+        check(data, expectations)
     writes: dict[str, TableWrite] = {}
     created = retries = 0
     so = manifest.storage_options

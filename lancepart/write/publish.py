@@ -26,6 +26,7 @@ from lance.fragment import FragmentMetadata
 
 from lancepart.errors import LancepartError
 from lancepart.manifest import Manifest, ManifestSnapshot
+from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import faults
 from lancepart.write.tables import commit_table
@@ -115,7 +116,8 @@ def publish(
         read_version = snap.rows.column("read_version").to_pylist()
         branch = snap.rows.column("read_branch").to_pylist()
         tag = snap.rows.column("read_tag").to_pylist()
-        for oid, w in by_oid.items():
+        todo = []
+        for oid in by_oid:
             i = index.get(oid)
             if i is None:
                 raise LancepartError(f"partition table {oid} vanished from __manifest before publish")
@@ -123,16 +125,23 @@ def publish(
                 raise PartitionPinnedError(
                     f"partition table {oid} is pinned to branch={branch[i]!r} tag={tag[i]!r}; lancepart writes "
                     f"to main only; unpin it before writing")
-            published = read_version[i]
-            if oid not in done or done[oid][0] != published:
-                version = commit_table(manifest.root, w.location, published, w.fragments, overwrite=overwrite,
-                                       storage_options=manifest.storage_options)
-                if published is not None and version <= published:
-                    raise LancepartError(f"{oid}: table version {version} would move read_version "
-                                         f"{published} backwards")
-                done[oid] = (published, version)
-                faults.checkpoint("after_table_commit")
-            read_version[i] = done[oid][1]
+            if oid not in done or done[oid][0] != read_version[i]:
+                todo.append((oid, read_version[i]))
+
+        def commit_one(item: tuple[str, int | None]) -> int:
+            oid, published = item
+            w = by_oid[oid]
+            version = commit_table(manifest.root, w.location, published, w.fragments, overwrite=overwrite,
+                                   storage_options=manifest.storage_options)
+            if published is not None and version <= published:
+                raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
+            faults.checkpoint("after_table_commit")
+            return version
+
+        for (oid, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
+            done[oid] = (published, version)
+        for oid in by_oid:
+            read_version[index[oid]] = done[oid][1]
         faults.checkpoint("after_table_commits")
         rows = snap.rows
         for name, values in (("read_version", read_version),):

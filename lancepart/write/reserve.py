@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from lancepart import ids as _ids
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri, metadata_json
+from lancepart.parallel import map_threads
 from lancepart.spec import PartitionSpec
 
 
@@ -64,9 +65,14 @@ def reserve_partitions(
     table_schema: pa.Schema,
     *,
     max_retries: int = 20,
+    prepared: Mapping[str, tuple[str, int]] | None = None,
 ) -> Reservation:
     """Make sure every partition in ``values`` (one array per spec field, one entry per
-    distinct partition) has its namespace and table rows; return their table refs."""
+    distinct partition) has its namespace and table rows; return their table refs.
+
+    ``prepared`` maps table object ids to ``(location, version)`` of empty tables the caller
+    already created (and may have written fragments next to); they are used instead of new
+    ones and never removed here, even when a concurrent writer's row wins."""
     if len(values) != len(spec.fields):
         raise ValueError(f"expected {len(spec.fields)} partition value arrays, got {len(values)}")
     n = len(values[0]) if values else 0
@@ -74,12 +80,17 @@ def reserve_partitions(
     table_oids = [_ids.table_object_id(spec.id, row) for row in level_ids]
     # python values per partition, for the partition_field_* columns
     pyvalues = [v.to_pylist() for v in values]
-    made: dict[str, tuple[str, int]] = {}  # table object_id -> (location, empty version) we created
+    made: dict[str, tuple[str, int]] = dict(prepared or {})  # table object_id -> (location, empty version)
 
     def mutate(snap: ManifestSnapshot):
         missing = [i for i in range(n) if not snap.has(table_oids[i])]
         if not missing:
             return None, 0
+        fresh = list(dict.fromkeys(table_oids[i] for i in missing if table_oids[i] not in made))
+        locations = [_ids.table_location(oid) for oid in fresh]
+        versions = map_threads(lambda loc: create_empty_table(manifest.root, loc, table_schema,
+                                                              manifest.storage_options), locations)
+        made.update({oid: (loc, v) for oid, loc, v in zip(fresh, locations, versions, strict=True)})
         records: list[dict] = []
         seen: set[str] = set()
         for i in dict.fromkeys(missing):  # partitions, not rows
@@ -96,10 +107,6 @@ def reserve_partitions(
                     "object_id": ns_oid, "object_type": "namespace", "metadata": metadata_json({}),
                     **{f.column_name: pyvalues[k][i] for k, f in enumerate(spec.fields[: level + 1])},
                 })
-            if oid not in made:
-                location = _ids.table_location(oid)
-                made[oid] = (location, create_empty_table(manifest.root, location, table_schema,
-                                                          manifest.storage_options))
             location, version = made[oid]
             records.append({
                 "object_id": oid, "object_type": "table", "location": location, "read_version": version,
@@ -116,7 +123,7 @@ def reserve_partitions(
     cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
     refs = [TableRef(**r) for r in picked.select(cols).to_pylist()]
     published = {r.location for r in refs}
-    for location, _ in made.values():
-        if location not in published:
+    for oid, (location, _) in made.items():
+        if location not in published and oid not in (prepared or {}):
             remove_table_dir(manifest.root, location)
     return Reservation(tables=refs, created=created, snapshot=snap, retries=retries)
