@@ -25,6 +25,7 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/murmur3_bench.py
+	$(PY) benchmarks/ingest.py
 
 clean:
 	rm -rf $(VENV) build demo-namespace .pytest_cache
