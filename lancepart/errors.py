@@ -45,3 +45,7 @@ class ExpressionEvaluationError(LancepartError):
 
 class InvalidArgumentError(LancepartError, ValueError):
     """An API argument has a value outside what it accepts (the message names it)."""
+
+
+class PartitionPinnedError(LancepartError):
+    """A partition the write touches is pinned to a tag or branch; lancepart writes to main only."""

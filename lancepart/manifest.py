@@ -46,7 +46,6 @@ VERSION_FIELDS: tuple[pa.Field, ...] = (
     pa.field("read_branch", pa.utf8()),
     pa.field("read_tag", pa.utf8()),
 )
-PARTITION_COLUMN_PREFIX = "partition_field_"
 INDEXES: tuple[tuple[str, str], ...] = (("object_id", "BTREE"), ("object_type", "BITMAP"),
                                         ("base_objects", "LABEL_LIST"))
 
@@ -210,16 +209,6 @@ class Manifest:
             f"{what}: {max_retries + 1} attempts conflicted with concurrent commits to {self.uri}; "
             f"nothing was published"
         )
-
-    def add_columns(self, fields: Sequence[pa.Field]) -> None:
-        """Add all-NULL columns through Lance schema evolution (DESIGN-NOTES §7)."""
-        ds = self.dataset()
-        missing = [f for f in fields if f.name not in ds.schema.names]
-        if missing:
-            ds.add_columns(missing)
-
-    def set_metadata(self, values: Mapping[str, str]) -> None:
-        self.dataset().update_metadata(dict(values))
 
 
 def rows_from_records(schema: pa.Schema, records: Sequence[Mapping[str, Any]]) -> pa.Table:

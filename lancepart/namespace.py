@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 from lancepart import ids as _ids
 from lancepart.errors import CorruptNamespaceError, InvalidSpecError, NamespaceExistsError, NamespaceNotFoundError
 from lancepart.manifest import (
-    PARTITION_COLUMN_PREFIX,
     Manifest,
     ManifestSnapshot,
     manifest_schema,
@@ -26,7 +25,7 @@ from lancepart.manifest import (
     rows_from_records,
 )
 from lancepart.results import CommitResult, PartitionInfo
-from lancepart.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
+from lancepart.spec import PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
 
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = "partition_spec_v"
@@ -163,10 +162,6 @@ class PartitionedNamespace:
     def snapshot(self) -> ManifestSnapshot:
         return self._snapshot
 
-    # ------------------------------------------------------------------ listing
-    def _field_for_column(self) -> dict[str, PartitionField]:
-        return {f.column_name: f for s in self._specs.values() for f in s.fields}
-
     # ------------------------------------------------------------------ writing
     def write(
         self,
@@ -189,6 +184,7 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    # ------------------------------------------------------------------ reading
     def partitions(self, filter: str | None = None) -> list[PartitionInfo]:
         """Published partition tables that may hold rows matching ``filter`` (a SQL boolean
         expression over source columns). Until pruning lands every partition is kept, which
@@ -242,6 +238,3 @@ class PartitionedNamespace:
         return (f"PartitionedNamespace({self.root!r}, specs={sorted(self._specs)}, "
                 f"manifest_version={self._snapshot.version})")
 
-
-def partition_column_names(schema: pa.Schema) -> list[str]:
-    return [n for n in schema.names if n.startswith(PARTITION_COLUMN_PREFIX)]

@@ -188,12 +188,6 @@ def _walk(fields: Iterable[pa.Field], prefix: str = ""):
             yield from _walk([t.value_field], prefix + f.name + ".")
 
 
-def max_field_id(schema: pa.Schema) -> int:
-    """Highest ``lance:field_id`` in the schema (nested fields included), -1 when none."""
-    ids = [fid for _, f in _walk(schema) if (fid := field_id_of(f)) is not None]
-    return max(ids, default=-1)
-
-
 def assign_field_ids(schema: pa.Schema, next_id: int | None = None) -> pa.Schema:
     """Give every field without ``lance:field_id`` a fresh id, depth-first; keep existing ids.
 
@@ -257,11 +251,6 @@ def schema_from_json(value: str | Mapping[str, Any]) -> pa.Schema:
             raise InvalidSpecError(f"namespace schema column {path!r} has no {FIELD_ID_KEY}")
     assign_field_ids(schema)  # duplicate-id check
     return schema
-
-
-def fields_by_id(schema: pa.Schema) -> dict[int, tuple[str, pa.Field]]:
-    """field id -> (dotted path, field), nested fields included."""
-    return {fid: (p, f) for p, f in _walk(schema) if (fid := field_id_of(f)) is not None}
 
 
 # --------------------------------------------------------------------------- partition spec

@@ -82,6 +82,34 @@ def root(tmp_path: Path) -> str:
     return str(tmp_path / "ns")
 
 
+# The write tests' namespace: demo events partitioned by event_date x bucket(user_id, 4).
+EVENTS_SPEC = {"id": 1, "fields": [
+    {"field_id": "event_date", "source_ids": [1], "transform": {"type": "identity"}, "result_type": {"type": "date32"}},
+    {"field_id": "user_bucket", "source_ids": [4], "transform": {"type": "bucket", "num_buckets": 4},
+     "result_type": {"type": "int32"}},
+]}
+
+
+@pytest.fixture
+def ns(root):
+    from lancepart import PartitionedNamespace
+    from lancepart.sample import demo_events
+
+    schema = demo_events(1).schema
+    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)
+
+
+def expected_keys(data: pa.Table) -> list[tuple]:
+    """Partition key of every row of ``data`` under EVENTS_SPEC, computed independently of
+    lancepart: the date itself, and mmh3 over the int64 little-endian bytes of user_id."""
+    import mmh3
+    import numpy as np
+
+    uniq, inv = np.unique(data.column("user_id").to_numpy(), return_inverse=True)
+    b = np.array([abs(mmh3.hash(int(u).to_bytes(8, "little", signed=True), 0, signed=True)) % 4 for u in uniq])
+    return list(zip(data.column("event_date").to_pylist(), b[inv].tolist(), strict=True))
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A real Spark session on local[2] (Java 17), shared by the whole run."""

@@ -17,21 +17,9 @@ from lancepart import PartitionedNamespace, SchemaMismatchError
 from lancepart import spark as lps
 from lancepart.sample import demo_events
 from lancepart.spark.sample import generated_events
+from tests.conftest import expected_keys
 
 pytestmark = pytest.mark.spark
-
-SPEC = {"id": 1, "fields": [
-    {"field_id": "event_date", "source_ids": [1], "transform": {"type": "identity"}, "result_type": {"type": "date32"}},
-    {"field_id": "user_bucket", "source_ids": [4], "transform": {"type": "bucket", "num_buckets": 4},
-     "result_type": {"type": "int32"}},
-]}
-
-
-@pytest.fixture
-def ns(root) -> PartitionedNamespace:
-    schema = demo_events(1).schema
-    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), SPEC)
-
 
 def to_df(spark, table: pa.Table):
     """A Spark DataFrame of demo rows; event_ts stays wall-clock (TIMESTAMP_NTZ) like the namespace column."""
@@ -42,13 +30,7 @@ def to_df(spark, table: pa.Table):
 
 
 def expected_counts(data: pa.Table) -> Counter:
-    import mmh3
-    import numpy as np
-
-    users = data.column("user_id").to_numpy()
-    uniq, inv = np.unique(users, return_inverse=True)
-    b = np.array([abs(mmh3.hash(int(u).to_bytes(8, "little", signed=True), 0, signed=True)) % 4 for u in uniq])
-    return Counter(zip(data.column("event_date").to_pylist(), b[inv].tolist(), strict=True))
+    return Counter(expected_keys(data))
 
 
 def published(ns: PartitionedNamespace) -> tuple[Counter, pa.Table]:

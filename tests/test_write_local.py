@@ -13,8 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 import lance
-import mmh3
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -23,29 +21,9 @@ from lancepart import CommitConflictError, PartitionedNamespace, SchemaMismatchE
 from lancepart.errors import InvalidArgumentError
 from lancepart.sample import demo_events
 from lancepart.write.faults import InjectedFault
+from tests.conftest import expected_keys
 
 HERE = Path(__file__).resolve().parent
-SPEC = {"id": 1, "fields": [
-    {"field_id": "event_date", "source_ids": [1], "transform": {"type": "identity"}, "result_type": {"type": "date32"}},
-    {"field_id": "user_bucket", "source_ids": [4], "transform": {"type": "bucket", "num_buckets": 4},
-     "result_type": {"type": "int32"}},
-]}
-
-
-@pytest.fixture
-def ns(root) -> PartitionedNamespace:
-    schema = demo_events(1).schema
-    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), SPEC)
-
-
-def expected_partition(data: pa.Table) -> list[tuple]:
-    """Independent partition computation: the date itself and mmh3 over int64 LE bytes."""
-    users = data.column("user_id").to_numpy()
-    uniq, inv = np.unique(users, return_inverse=True)
-    b = np.array([abs(mmh3.hash(int(u).to_bytes(8, "little", signed=True), 0, signed=True)) % 4 for u in uniq])
-    return list(zip(data.column("event_date").to_pylist(), b[inv].tolist(), strict=False))
-
-
 def published_counts(ns: PartitionedNamespace) -> Counter:
     ns.refresh()
     out = Counter()
@@ -63,7 +41,7 @@ def test_append_publishes_exactly_the_input(ns):
     data = demo_events(30_000, seed=3)
     r = ns.write(data)
     assert (r.rows_written, r.partitions_created, r.partitions_touched, r.skipped) == (30_000, 28, 28, False)
-    assert published_counts(ns) == Counter(expected_partition(data))
+    assert published_counts(ns) == Counter(expected_keys(data))
     oids = [p.object_id for p in ns.partitions()]
     assert len(oids) == len(set(oids)) == 28  # exactly one table per partition tuple
     got = ns.to_table().sort_by("id")
@@ -99,14 +77,14 @@ def test_overwrite_replaces_only_touched_partitions(ns):
     before = published_counts(ns)
     new = demo_events(50, seed=9, start_id=100_000, days=1)  # one day only
     r = ns.write(new, mode="overwrite")
-    touched = set(expected_partition(new))
+    touched = set(expected_keys(new))
     assert r.partitions_touched == len(touched)
     after = published_counts(ns)
-    new_counts = Counter(expected_partition(new))
+    new_counts = Counter(expected_keys(new))
     for key in before:
         assert after[key] == (new_counts[key] if key in touched else before[key])
     got = ns.to_table()
-    old_keys = zip(old.column("id").to_pylist(), expected_partition(old), strict=True)
+    old_keys = zip(old.column("id").to_pylist(), expected_keys(old), strict=True)
     expected_ids = sorted([i for i, k in old_keys if k not in touched]
                           + new.column("id").to_pylist())
     assert sorted(got.column("id").to_pylist()) == expected_ids

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
-from lancepart.errors import LancepartError
+from lancepart.errors import LancepartError, PartitionPinnedError
 from lancepart.manifest import Manifest, ManifestSnapshot
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
@@ -77,10 +77,6 @@ def _record_batch(rows: pa.Table, spec_namespace: str, batch_id: str, manifest_v
     md[index] = json.dumps(props, separators=(",", ":"), sort_keys=True)
     i = rows.schema.get_field_index("metadata")
     return rows.set_column(i, rows.schema.field(i), pa.array(md, pa.utf8()))
-
-
-class PartitionPinnedError(LancepartError):
-    """A touched partition is pinned to a tag or branch; writes go to main only."""
 
 
 def publish(
