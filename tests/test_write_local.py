@@ -252,3 +252,23 @@ def test_local_write_runs_expectations(ns):
                  expectations=[{"type": "unique", "column": "id"}])
     assert ns.refresh().partitions() == []
     assert ns.write(demo_events(10), expectations=[{"type": "unique", "column": "id"}]).rows_written == 10
+
+
+def test_record_batch_reader_in_chunks_publishes_once(ns):
+    """A stream is consumed in chunks (bounded memory); each chunk may reserve partitions, but
+    the whole input is still published by one __manifest commit."""
+    data = demo_events(20_000, seed=13)
+    reader = pa.RecordBatchReader.from_batches(data.schema, data.to_batches(max_chunksize=1_500))
+    v0 = ns.manifest_version
+    r = ns.write(reader, chunk_rows=4_000, batch_id="stream-1")
+    assert r.rows_written == 20_000 and r.partitions_created == 28
+    history = lance.dataset(os.path.join(ns.root, "__manifest"))
+    published_versions = [v for v in range(v0 + 1, r.manifest_version + 1)
+                          if any(x is not None and x > 1 for x in history.checkout_version(v).to_table(
+                              columns=["read_version"]).column("read_version").to_pylist())]
+    assert published_versions == [r.manifest_version]  # data became visible in exactly one commit
+    assert ids_of(ns) == list(range(20_000))
+    for p in ns.partitions():  # several chunks -> several fragments per table
+        assert len(lance.dataset(os.path.join(ns.root, p.location), version=p.read_version).get_fragments()) >= 2
+    with pytest.raises(InvalidArgumentError, match="got list"):
+        ns.write([1, 2, 3])
