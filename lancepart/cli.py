@@ -60,7 +60,20 @@ def _cmd_describe(args: argparse.Namespace) -> Any:
 def _cmd_partitions(args: argparse.Namespace) -> Any:
     from lancepart.namespace import PartitionedNamespace
 
-    return [p.to_dict() for p in PartitionedNamespace.open(args.root).partitions()]
+    return [p.to_dict() for p in PartitionedNamespace.open(args.root).partitions(args.filter)]
+
+
+def _cmd_explain(args: argparse.Namespace) -> Any:
+    from lancepart.namespace import PartitionedNamespace
+    from lancepart.read.prune import prune
+
+    ns = PartitionedNamespace.open(args.root)
+    result = prune(args.filter, ns.schema, ns.specs, ns.snapshot().rows)
+    if not args.json:
+        print(result.explain())
+        return None
+    return {"filter": args.filter, "kept": result.kept_counts, "pruned": result.pruned,
+            "predicates": result.predicates, "manifest_sql": result.manifest_sql, "residual": result.residual}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,9 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("describe", help="specs, schema, partition count and manifest version")
     d.add_argument("root")
     d.set_defaults(func=_cmd_describe)
-    ls = sub.add_parser("partitions", help="list published partition tables")
+    ls = sub.add_parser("partitions", help="list published partition tables (optionally pruned by a filter)")
     ls.add_argument("root")
+    ls.add_argument("--filter", help="SQL filter over source columns, e.g. \"event_date = DATE '2025-12-10'\"")
     ls.set_defaults(func=_cmd_partitions)
+    ex = sub.add_parser("explain", help="partitions kept and pruned per spec version for a filter")
+    ex.add_argument("root")
+    ex.add_argument("filter", help="SQL filter over source columns")
+    ex.set_defaults(func=_cmd_explain)
     return p
 
 
@@ -87,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return EXIT_OK if e.code == 0 else EXIT_USAGE
     try:
-        _print(args.func(args), args.json)
+        out = args.func(args)
+        if out is not None:
+            _print(out, args.json)
     except LancepartError as e:
         print(f"lancepart: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_LANCEPART

@@ -49,3 +49,14 @@ class InvalidArgumentError(LancepartError, ValueError):
 
 class PartitionPinnedError(LancepartError):
     """A partition the write touches is pinned to a tag or branch; lancepart writes to main only."""
+
+
+class UnsafeLocationError(CorruptNamespaceError):
+    """A ``__manifest`` table row has a ``location`` that is not one directory name inside the
+    namespace root (absolute, ``..``, ``/``): lancepart refuses to read or write through it."""
+
+
+class PartitionValueError(LancepartError, ValueError):
+    """A row's partition value cannot be stored and reported faithfully (for example a timestamp
+    outside the years 1-9999 that Python's datetime can represent); the message names the field,
+    its source column(s) and the value."""

@@ -84,5 +84,25 @@ def table_location(object_id: str) -> str:
     return f"{secrets.token_hex(4)}_{object_id}"
 
 
+def check_location(location: object, object_id: object, root: str) -> str:
+    """``location`` of a ``__manifest`` table row, if it is one directory name inside ``root``;
+    else :class:`UnsafeLocationError` naming it. A hand-edited row must never make a reader or
+    writer leave the namespace root (``../x``, ``/abs``, ``a/b``, ``..``). Locations lancepart
+    makes are ``<8 hex>_<object_id>``; others (``<name>.lance``) are accepted if they are safe.
+
+    >>> check_location("3f9a0c1e_v1$k7m2n9p4q8r5s3t6$dataset", "v1$k7m2n9p4q8r5s3t6$dataset", "/r")
+    '3f9a0c1e_v1$k7m2n9p4q8r5s3t6$dataset'
+    """
+    from lancepart.errors import UnsafeLocationError
+
+    if (not isinstance(location, str) or location in ("", ".", "..")
+            or any(c in location for c in ("/", "\\", "\0"))):
+        raise UnsafeLocationError(
+            f"__manifest row {object_id!r} has location {location!r}: a table location must be one "
+            f"directory name inside the namespace root {root} (no path separator, no '..', not absolute); "
+            f"refusing to read or write it")
+    return location
+
+
 def is_valid_namespace_id(name: str) -> bool:
     return len(name) == ID_LENGTH and all(c in _ALPHABET for c in name)

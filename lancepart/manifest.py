@@ -14,11 +14,14 @@ milliseconds, and it keeps the table compact as a side effect.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -55,6 +58,38 @@ T = TypeVar("T")
 def join_uri(root: str, *parts: str) -> str:
     """Join a root (local path or URI) with relative parts using '/'."""
     return "/".join([root.rstrip("/"), *parts])
+
+
+# Storage option naming a local directory for commit locks (docs/object-storage.md). Lance
+# ignores keys it does not know, so it travels with the other storage options.
+COMMIT_LOCK_DIR_OPTION = "lancepart_commit_lock_dir"
+
+
+def commit_lock(uri: str, storage_options: Mapping[str, str] | None) -> Callable[[int], Any] | None:
+    """A Lance ``commit_lock`` for the table at ``uri`` if ``storage_options`` names a lock
+    directory, else None (the store's atomic put-if-absent decides, which is the default).
+
+    For object stores that do not enforce ``If-None-Match: *``: every commit to ``uri`` takes
+    an exclusive ``flock`` on ``<dir>/<sha256(uri)>.lock``; Lance then checks that the version
+    does not exist yet and writes it. It serialises writers that share the directory (one
+    host, or a file system with working ``flock``), nothing else.
+    """
+    lock_dir = (storage_options or {}).get(COMMIT_LOCK_DIR_OPTION)
+    if not lock_dir:
+        return None
+    path = os.path.join(lock_dir, hashlib.sha256(uri.encode()).hexdigest()[:32] + ".lock")
+
+    @contextlib.contextmanager
+    def lock(version: int) -> Iterator[None]:
+        os.makedirs(lock_dir, exist_ok=True)
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    return lock
 
 
 def normalize_root(root: str | os.PathLike[str]) -> str:
@@ -107,11 +142,13 @@ class Manifest:
         self.root = root
         self.uri = join_uri(root, MANIFEST_DIR)
         self.storage_options = dict(storage_options) if storage_options else None
+        self.commit_lock = commit_lock(self.uri, storage_options)
 
     # ------------------------------------------------------------------ reading
     def dataset(self, version: int | None = None) -> lance.LanceDataset:
         try:
-            return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+            return lance.dataset(self.uri, version=version, storage_options=self.storage_options,
+                                 commit_lock=self.commit_lock)
         except ValueError as e:
             if "not found" in str(e).lower() or "does not exist" in str(e).lower():
                 raise NamespaceNotFoundError(f"no __manifest table at {self.uri}") from None
@@ -147,7 +184,7 @@ class Manifest:
         "Metadata Definition"), so a create that dies half way leaves no partitioned namespace.
         """
         ds = lance.write_dataset(rows, self.uri, schema=rows.schema, mode="create",
-                                 storage_options=self.storage_options)
+                                 storage_options=self.storage_options, commit_lock=self.commit_lock)
         ds.update_metadata(dict(metadata))
         self.ensure_indexes()
         return self.snapshot()
@@ -171,7 +208,7 @@ class Manifest:
         op = LanceOperation.Update(removed_fragment_ids=list(base.fragment_ids), new_fragments=frags)
         try:
             new = lance.LanceDataset.commit(self.uri, op, read_version=base.version,
-                                            storage_options=self.storage_options)
+                                            storage_options=self.storage_options, commit_lock=self.commit_lock)
         except lance.commit.CommitConflictError as e:
             raise ManifestConflict(str(e)) from e
         return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,11 +40,49 @@ def _partition_columns(specs: Sequence[PartitionSpec]) -> list[pa.Field]:
     return list(cols.values())
 
 
-def _display(value: Any, type_: pa.DataType) -> str | None:
-    """A partition value as a runtime property string (Appendix E: ``2025-12-10``, ``2025``, ``US``)."""
-    if value is None:
+def _display(value: pa.Scalar | None, type_: pa.DataType) -> str | None:
+    """A partition value as a runtime property string (Appendix E: ``2025-12-10``, ``2025``, ``US``),
+    cast by Arrow from the ``__manifest`` cell (never through a Python object)."""
+    if value is None or not value.is_valid:
         return None
-    return pc.cast(pa.array([value], type_), pa.utf8())[0].as_py()
+    return pc.cast(pa.array([value]).cast(type_), pa.utf8())[0].as_py()
+
+
+def _py_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """The Python values of a partition column; a value Python cannot represent (a date beyond
+    year 9999, ``timestamp[ns]`` -2^63, which pyarrow reads as pandas' NaT) stays a ``pa.Scalar``.
+    lancepart's writers refuse such values; other writers may not have."""
+    try:
+        values = column.to_pylist()
+    except (OverflowError, ValueError):
+        values = [None] * len(column)
+        for i, v in enumerate(column):
+            try:
+                values[i] = v.as_py()
+            except (OverflowError, ValueError):
+                values[i] = v
+    if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+        values = [column[i] if v is not None and v != v else v for i, v in enumerate(values)]  # NaT != NaT
+    return values
+
+
+def _resolve_root(root: str | os.PathLike[str]) -> str:
+    """:func:`normalize_root`, and the path of a ``file://`` URI normalised like a local one: Lance
+    resolves ``..`` in it, so ``file:///tmp/x/../../etc`` is reported as ``file:///etc``."""
+    root_s = normalize_root(root)
+    if root_s.startswith("file:///"):
+        root_s = "file://" + posixpath.normpath(root_s[len("file://"):])
+    return root_s
+
+
+def _partition_spec_id(object_id: str) -> int | None:
+    """The spec version of a partition table id ``v<N>$...$dataset``; None for any other table
+    (a root-level table of a directory namespace is not a partition)."""
+    parts = object_id.split(_ids.DELIMITER)
+    head = parts[0]
+    if len(parts) < 2 or parts[-1] != _ids.TABLE_NAME or head[:1] != "v" or not head[1:].isdigit():
+        return None
+    return int(head[1:])
 
 
 class PartitionedNamespace:
@@ -80,7 +119,7 @@ class PartitionedNamespace:
         """
         from lancepart.transforms import validate_spec  # engine-level checks (types, expressions)
 
-        root_s = normalize_root(root)
+        root_s = _resolve_root(root)
         schema = assign_field_ids(schema)
         spec = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_json(spec)
         validate_spec(spec, schema)
@@ -103,7 +142,7 @@ class PartitionedNamespace:
     def open(cls, root: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None
              ) -> PartitionedNamespace:
         """Open an existing partitioned namespace; :class:`NamespaceNotFoundError` if there is none."""
-        root_s = normalize_root(root)
+        root_s = _resolve_root(root)
         manifest = Manifest(root_s, storage_options)
         return cls(root_s, manifest, manifest.snapshot())
 
@@ -132,6 +171,10 @@ class PartitionedNamespace:
                 specs[spec.id] = spec
         except InvalidSpecError as e:
             raise CorruptNamespaceError(f"{self._manifest.uri}: {e}") from e
+        except (TypeError, ValueError, KeyError, AttributeError) as e:  # JSON of the wrong shape
+            raise CorruptNamespaceError(
+                f"{self._manifest.uri}: root properties 'schema' / {SPEC_KEY_PREFIX}<N> cannot be read: "
+                f"{type(e).__name__}: {e}") from e
         self._specs = dict(sorted(specs.items()))
         self._snapshot = snap
 
@@ -187,19 +230,42 @@ class PartitionedNamespace:
     # ------------------------------------------------------------------ reading
     def partitions(self, filter: str | None = None) -> list[PartitionInfo]:
         """Published partition tables that may hold rows matching ``filter`` (a SQL boolean
-        expression over source columns). Until pruning lands every partition is kept, which
-        is always correct."""
-        tables = self._snapshot.tables()
+        expression over source columns, as DataFusion parses it). Pruning projects the filter
+        onto every partition field of every spec version and queries ``__manifest``
+        (spec "Partition Pruning", Appendix D); a partition is dropped only when it provably
+        holds no matching row.
+
+        >>> # ns.partitions("event_date = DATE '2025-12-10' AND country = 'US'")
+        """
+        if filter is None:
+            tables = self._snapshot.tables()
+        else:
+            from lancepart.read.prune import prune
+
+            tables = prune(filter, self._schema, self._specs, self._snapshot.rows).kept
+        cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
+        partition_values = {c: _py_values(tables.column(c)) for c in tables.column_names
+                            if c.startswith("partition_field_")}
         out = []
-        for row in tables.to_pylist():  # one row per partition table
-            spec_id = int(row["object_id"].split(_ids.DELIMITER, 1)[0][1:])
+        for i, row in enumerate(tables.select(cols).to_pylist()):  # one row per partition table
+            spec_id = _partition_spec_id(row["object_id"])
+            if spec_id is None:
+                continue
             spec = self._specs.get(spec_id)
-            values = {f.field_id: row.get(f.column_name) for f in spec.fields} if spec else {}
+            values = {f.field_id: partition_values[f.column_name][i] if f.column_name in partition_values else None
+                      for f in spec.fields} if spec else {}
             out.append(PartitionInfo(
                 object_id=row["object_id"], location=row["location"], spec_id=spec_id, values=values,
                 read_version=row["read_version"], read_branch=row["read_branch"], read_tag=row["read_tag"],
             ))
         return out
+
+    def explain(self, filter: str | None) -> str:
+        """For ``filter``: per spec version, the projected partition predicate and how many
+        partitions are kept and pruned, then the ``__manifest`` query and the residual filter."""
+        from lancepart.read.prune import prune
+
+        return prune(filter, self._schema, self._specs, self._snapshot.rows).explain()
 
     def to_table(self, filter: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """The published snapshot (every table at its ``read_version``/branch/tag) as one table,
@@ -219,10 +285,12 @@ class PartitionedNamespace:
         if not id:
             return dict(self._snapshot.metadata)
         object_id = _ids.DELIMITER.join(id)
-        row = self._snapshot.row(object_id)
-        if row is None or row["object_type"] != "namespace":
+        rows = self._snapshot.rows
+        i = self._snapshot.row_index().get(object_id)
+        if i is None or rows.column("object_type")[i].as_py() != "namespace":
             raise NamespaceNotFoundError(f"namespace {object_id!r} does not exist in {self.root}")
-        props = json.loads(row["metadata"]) if row["metadata"] else {}
+        metadata = rows.column("metadata")[i].as_py()
+        props = json.loads(metadata) if metadata else {}
         if not id[0].startswith("v") or not id[0][1:].isdigit() or int(id[0][1:]) not in self._specs:
             return props
         spec = self._specs[int(id[0][1:])]
@@ -231,7 +299,8 @@ class PartitionedNamespace:
             props["partition_spec"] = spec.to_json_string()
         elif level <= len(spec.fields):
             f = spec.fields[level - 1]
-            props[f"partition.{f.field_id}"] = _display(row.get(f.column_name), f.result_type)
+            value = rows.column(f.column_name)[i] if f.column_name in rows.column_names else None
+            props[f"partition.{f.field_id}"] = _display(value, f.result_type)
         return props
 
     def __repr__(self) -> str:

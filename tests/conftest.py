@@ -131,3 +131,28 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+# --------------------------------------------------------------------------- --stress
+def pytest_addoption(parser):
+    parser.addoption("--stress", action="store_true", default=False,
+                     help="run the concurrency and crash suites longer: more rounds, writers, batches and kills")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "stress: runs only with --stress (longer reliability runs)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--stress"):
+        return
+    skip = pytest.mark.skip(reason="needs --stress")
+    for item in items:
+        if item.get_closest_marker("stress") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def stress(request) -> bool:
+    """True under ``pytest --stress``: the reliability suites run more rounds, batches and kills."""
+    return bool(request.config.getoption("--stress"))

@@ -12,19 +12,29 @@ from collections.abc import Mapping, Sequence
 import lance
 import pyarrow as pa
 
+from lancepart.errors import CorruptNamespaceError
+from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.results import PartitionInfo
 
 
 def open_partition(root: str, info: PartitionInfo, storage_options: Mapping[str, str] | None = None
                    ) -> lance.LanceDataset:
+    """The partition table at its published version. :class:`UnsafeLocationError` when its
+    ``location`` leaves the root; :class:`CorruptNamespaceError` naming the table when Lance
+    cannot open that version."""
     so = dict(storage_options) if storage_options else None
-    uri = join_uri(root, info.location)
-    if info.read_tag is not None:
-        return lance.dataset(uri, version=info.read_tag, storage_options=so)
-    if info.read_branch is not None:
-        return lance.dataset(uri, storage_options=so).checkout_version((info.read_branch, info.read_version))
-    return lance.dataset(uri, version=info.read_version, storage_options=so)
+    uri = join_uri(root, check_location(info.location, info.object_id, root))
+    try:
+        if info.read_tag is not None:
+            return lance.dataset(uri, version=info.read_tag, storage_options=so)
+        if info.read_branch is not None:
+            return lance.dataset(uri, storage_options=so).checkout_version((info.read_branch, info.read_version))
+        return lance.dataset(uri, version=info.read_version, storage_options=so)
+    except (OSError, ValueError) as e:
+        raise CorruptNamespaceError(
+            f"partition table {info.object_id!r} at {uri} (read_version={info.read_version}, "
+            f"read_branch={info.read_branch!r}, read_tag={info.read_tag!r}) cannot be opened: {e}") from e
 
 
 def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,

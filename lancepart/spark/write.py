@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
+import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -33,6 +33,9 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation
 
+from lancepart import errors
+from lancepart.errors import LancepartError
+from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.namespace import PartitionedNamespace
 from lancepart.parallel import map_threads
@@ -41,7 +44,7 @@ from lancepart.write import faults
 from lancepart.write.local import check_mode
 from lancepart.write.plan import check_schema
 from lancepart.write.publish import TableWrite, committed_batch, fragments_from_json, publish
-from lancepart.write.reserve import reserve_partitions
+from lancepart.write.reserve import remove_table_dir, reserve_partitions
 
 log = logging.getLogger("lancepart.spark")
 
@@ -78,7 +81,8 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
 
         spec = PartitionSpec.from_json(spec_json)
         schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-        so = dict(storage_options) if storage_options else None
+        options = getattr(storage_options, "value", storage_options)  # a Broadcast of them, or as given
+        so = dict(options) if options else None
         pending: list[pa.RecordBatch] = []
         size = 0
 
@@ -89,7 +93,9 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
             for i, (oid, idx) in enumerate(zip(groups.table_object_ids, groups.indices, strict=True)):
                 location = existing.get(oid)
                 keys = None
-                if location is None:
+                if location is not None:  # a hand-edited __manifest row must not lead outside the root
+                    check_location(location, oid, root)
+                else:
                     location, keys = job_location(job_id, oid), _ipc(groups.keys.slice(i, 1))
                 written = lance.fragment.write_fragments(table.take(idx), join_uri(root, location), schema=schema,
                                                          max_rows_per_file=max_rows_per_file, storage_options=so)
@@ -118,6 +124,34 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
     return run
 
 
+def _broadcast(df, storage_options: Mapping[str, str] | None):
+    """Storage options (credentials) as a Spark broadcast, so they never travel inside the pickled
+    task function, which py4j logs at DEBUG; None without options or without a SparkContext
+    (Spark Connect), where the task carries them itself."""
+    if not storage_options:
+        return None
+    try:
+        return df.sparkSession.sparkContext.broadcast(dict(storage_options))
+    except Exception:  # Spark Connect has no SparkContext
+        return None
+
+
+_TASK_ERROR = re.compile(r"lancepart\.errors\.(\w+): ([^\n]*)")
+
+
+def _task_error(e: BaseException) -> LancepartError | None:
+    """The lancepart error a Spark task raised (found in the Python traceback Spark reports), so
+    the driver raises the same typed error; None if the failure was something else."""
+    found = _TASK_ERROR.findall(str(e))
+    if not found:
+        return None
+    name, message = found[-1]
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, LancepartError)):
+        return None
+    return cls(message.strip())
+
+
 def _create_empty(root: str, location: str, schema: pa.Schema, so: Mapping[str, str] | None) -> int:
     """Create the (empty) table in a directory that already holds this job's data files."""
     return lance.LanceDataset.commit(join_uri(root, location), LanceOperation.Overwrite(schema, []),
@@ -132,8 +166,7 @@ def _move_into(root: str, w: TableWrite, winner: str, schema: pa.Schema, so: Map
                                      read_version=1, storage_options=so_)
     w.fragments = lance.fragment.write_fragments(ours.to_table(), join_uri(root, winner), schema=schema,
                                                  storage_options=so_)
-    if "://" not in root:
-        shutil.rmtree(join_uri(root, w.location), ignore_errors=True)
+    remove_table_dir(root, w.location, so)  # local or object store; leftovers are unreferenced
     w.location = winner
 
 
@@ -183,10 +216,20 @@ def write(
                 if oid.startswith(prefix)}
     job_id = uuid.uuid4().hex
     so = manifest.storage_options
+    shipped = _broadcast(df, so)
     task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
-                       so, flush_rows, max_rows_per_file)
+                       shipped if shipped is not None else so, flush_rows, max_rows_per_file)
     t = time.monotonic()
-    rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
+    try:
+        rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
+    except Exception as e:
+        typed = _task_error(e)
+        if typed is None:
+            raise
+        raise typed from e
+    finally:
+        if shipped is not None:
+            shipped.destroy()
     phases["write_s"] = round(time.monotonic() - t, 3)
     faults.checkpoint("after_fragments")
     writes: dict[str, TableWrite] = {}

@@ -14,15 +14,17 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import lance
+import numpy as np
 import pyarrow as pa
 
 from lancepart.errors import InvalidArgumentError
 from lancepart.manifest import join_uri
+from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import faults
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
 from lancepart.write.publish import TableWrite, committed_batch, publish
-from lancepart.write.reserve import reserve_partitions
+from lancepart.write.reserve import TableRef, reserve_partitions
 
 if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
@@ -95,12 +97,19 @@ def write_local(
         created += res.created
         retries += res.retries
         faults.checkpoint("after_reserve")
-        for ref, idx in zip(res.tables, groups.indices, strict=False):
+
+        def write_group(item: tuple[TableRef, np.ndarray], table: pa.Table = table) -> list:
+            ref, idx = item
             frags = lance.fragment.write_fragments(table.take(idx), join_uri(manifest.root, ref.location),
                                                    max_rows_per_file=max_rows_per_file, storage_options=so)
+            faults.checkpoint("after_fragments")
+            return frags
+
+        # one Lance write per partition, on the bounded driver thread pool (Lance releases the GIL)
+        items = list(zip(res.tables, groups.indices, strict=True))
+        for (ref, idx), frags in zip(items, map_threads(write_group, items), strict=True):
             w = writes.setdefault(ref.object_id, TableWrite(ref.object_id, ref.location))
             w.fragments.extend(frags)
             w.rows += len(idx)
-            faults.checkpoint("after_fragments")
     return publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
                    partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries)

@@ -6,6 +6,7 @@ per Arrow batch on executors.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,8 +15,8 @@ import pyarrow.compute as pc
 
 from lancepart import ids as _ids
 from lancepart import transforms
-from lancepart.errors import SchemaMismatchError
-from lancepart.spec import PartitionSpec
+from lancepart.errors import ExpressionEvaluationError, PartitionValueError, SchemaMismatchError
+from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 
 
 def promotable(src: pa.DataType, dst: pa.DataType) -> bool:
@@ -76,9 +77,59 @@ def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
 
 
 def partition_values(data: pa.Table | pa.RecordBatch, spec: PartitionSpec, schema: pa.Schema) -> pa.Table:
-    """One column ``partition_field_<id>`` per spec field, one row per input row."""
-    cols = [transforms.apply(f, data, schema) for f in spec.fields]
+    """One column ``partition_field_<id>`` per spec field, one row per input row.
+
+    Raises :class:`ExpressionEvaluationError` naming the field, the expression and a failing
+    value, and :class:`PartitionValueError` for a value that cannot be reported faithfully."""
+    cols = []
+    for f in spec.fields:
+        try:
+            col = transforms.apply(f, data, schema)
+        except ExpressionEvaluationError as e:
+            if str(e).startswith("partition field"):
+                raise
+            raise ExpressionEvaluationError(f"partition field {f.field_id!r}: {e}") from None
+        _check_reportable(col, f, schema)
+        cols.append(col)
     return pa.Table.from_arrays(cols, schema=pa.schema([pa.field(f.column_name, f.result_type) for f in spec.fields]))
+
+
+# Python's date/datetime, what PartitionInfo.values and describe_namespace report, span the years 1-9999.
+_FIRST_DAY = (dt.date(1, 1, 1) - dt.date(1970, 1, 1)).days
+_LAST_DAY = (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def _check_reportable(values: pa.Array, field: PartitionField, schema: pa.Schema) -> None:
+    """Refuse a date/timestamp partition value Python cannot represent as what it is: beyond the
+    years 1-9999, or ``timestamp[ns]`` -2^63, which pyarrow turns into pandas' NaT (a NULL look-alike).
+    Vectorised: only values within a day of those limits are converted one by one (distinct ones)."""
+    t = values.type
+    if not (pa.types.is_timestamp(t) or pa.types.is_date(t)) or len(values) == values.null_count:
+        return
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    raw = np.asarray(values.view(pa.int32() if pa.types.is_date32(t) else pa.int64()).fill_null(0)
+                     .to_numpy(zero_copy_only=False), dtype=np.int64)
+    per_day = 1 if pa.types.is_date32(t) else 86_400_000 if pa.types.is_date64(t) else _PER_DAY[t.unit]
+    days = np.floor_divide(raw, per_day)
+    suspect = (days <= _FIRST_DAY + 1) | (days >= _LAST_DAY - 1)  # +-1 day: a zone's offset
+    if pa.types.is_timestamp(t) and t.unit == "ns":
+        suspect |= raw == np.iinfo(np.int64).min
+    suspect &= np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    rows = np.flatnonzero(suspect)
+    for row in rows[np.unique(raw[rows], return_index=True)[1]].tolist():
+        try:
+            value = values[row].as_py()
+            reason = "" if value == value else (  # NaT != NaT
+                "pyarrow reads it as pandas' NaT, which cannot be told apart from NULL")
+        except (OverflowError, ValueError) as e:
+            reason = f"outside the years 1-9999 that Python's datetime can represent ({e})"
+        if reason:
+            columns = [c.name for c in schema if field_id_of(c) in field.source_ids]
+            raise PartitionValueError(
+                f"partition field {field.field_id!r} (source column(s) {columns}): value {int(raw[row])} "
+                f"({t}) cannot be a partition value: {reason}")
 
 
 @dataclass(frozen=True)
