@@ -1,0 +1,363 @@
+"""lancepart on an object store: every test talks to moto's S3 in server mode on 127.0.0.1
+(tests/s3_server.py), through Lance's own object store, with real processes and real Spark.
+Findings and configuration: docs/object-storage.md.
+
+The module's server runs with ``--atomic`` (conditional puts serialised, as AWS S3 does); the
+tests about commit atomicity start their own servers, with and without it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import botocore.exceptions
+import lance
+import lance.namespace as lns
+import pyarrow as pa
+import pytest
+
+from lancepart import PartitionedNamespace
+from lancepart.errors import LancepartError, NamespaceNotFoundError
+from lancepart.manifest import COMMIT_LOCK_DIR_OPTION, Manifest, join_uri
+from lancepart.sample import demo_events
+from tests.conftest import EVENTS_SPEC, expected_keys
+from tests.s3_server import S3Server, moto_s3
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory) -> S3Server:
+    log = tmp_path_factory.mktemp("moto") / "requests.jsonl"
+    with moto_s3(atomic=True, log=str(log)) as server:
+        yield server
+
+
+def create_ns(root: str, so: dict[str, str]) -> PartitionedNamespace:
+    schema = demo_events(1).schema
+    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC,
+                                       storage_options=so)
+
+
+@pytest.fixture
+def s3_location(s3) -> tuple[str, dict[str, str]]:
+    """A fresh root ``s3://<bucket>/ns-<uuid>`` on the module's server and its Lance storage options."""
+    return s3.new_root(), s3.storage_options()
+
+
+@pytest.fixture
+def s3_ns(s3_location) -> PartitionedNamespace:
+    return create_ns(*s3_location)
+
+
+def published_counts(ns: PartitionedNamespace) -> Counter:
+    ns.refresh()
+    out = Counter()
+    for p in ns.partitions():
+        ds = lance.dataset(join_uri(ns.root, p.location), version=p.read_version, storage_options=ns.storage_options)
+        out[(p.values["event_date"], p.values["user_bucket"])] += ds.count_rows()
+    return out
+
+
+def ids_of(ns: PartitionedNamespace) -> list[int]:
+    return sorted(ns.refresh().to_table(columns=["id"]).column("id").to_pylist())
+
+
+def top_dirs(s3: S3Server, root: str) -> set[str]:
+    """The first path component of every object under ``root``: __manifest and the table directories."""
+    prefix = root.split("/", 3)[3] + "/"
+    return {k[len(prefix):].split("/", 1)[0] for k in s3.keys(prefix)}
+
+
+def assert_no_secret(secret: str, *texts: object) -> None:
+    for t in texts:
+        assert secret not in str(t), f"the secret key leaked into: {str(t)[:200]!r}"
+
+
+def run_proc(s3: S3Server, *args: str, so: dict[str, str] | None = None, env: dict[str, str] | None = None,
+             wait: bool = True):
+    full_env = {k: v for k, v in os.environ.items() if k != "LANCEPART_FAULT"}
+    full_env.update(env or {}, LANCEPART_STORAGE_OPTIONS=json.dumps(so or s3.storage_options()))
+    proc = subprocess.Popen([sys.executable, str(HERE / "s3_writer_proc.py"), *args], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return finish(proc) if wait else proc
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120):
+    out, err = proc.communicate(timeout=timeout)
+    result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+    return proc.returncode, result, out + err
+
+
+# --------------------------------------------------------------------------- the endpoint
+
+
+def test_moto_refuses_a_second_conditional_put(s3):
+    c = s3.client()
+    c.put_object(Bucket=s3.bucket, Key="probe/once", Body=b"1", IfNoneMatch="*")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        c.put_object(Bucket=s3.bucket, Key="probe/once", Body=b"2", IfNoneMatch="*")
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    assert c.get_object(Bucket=s3.bucket, Key="probe/once")["Body"].read() == b"1"
+
+
+def _race_two_conditional_puts(server: S3Server) -> list[int]:
+    c = server.client()
+    statuses: list[int] = []
+
+    def put(body: bytes) -> None:
+        try:
+            c.put_object(Bucket=server.bucket, Key="t/_versions/1.manifest", Body=body, IfNoneMatch="*")
+            statuses.append(200)
+        except botocore.exceptions.ClientError as e:
+            statuses.append(e.response["ResponseMetadata"]["HTTPStatusCode"])
+
+    threads = [threading.Thread(target=put, args=(b,)) for b in (b"a", b"b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(statuses)
+
+
+def test_stock_moto_lets_two_racing_conditional_puts_both_win(tmp_path):
+    """moto checks If-None-Match, then stores, with nothing serialising the two: hold a put
+    between the two steps (as a preempted server thread would be) until the other one joins,
+    and both racing puts of one key succeed. This is why the module's server runs with
+    --atomic; if moto ever makes the pair atomic this test says so."""
+    with moto_s3(atomic=False, log=str(tmp_path / "stock.jsonl")) as stock:
+        stock.stall(meet=30.0, once=True)
+        assert _race_two_conditional_puts(stock) == [200, 200], stock.requests()
+    with moto_s3(atomic=True, log=str(tmp_path / "atomic.jsonl")) as atomic:
+        atomic.stall(meet=0.5)
+        assert _race_two_conditional_puts(atomic) == [200, 412], atomic.requests()
+
+
+def manifest_race(server: S3Server, writers: int, commits: int, so: dict[str, str], barrier: Path,
+                  meet: float, once: bool = False) -> dict:
+    """``writers`` processes each land ``commits`` Manifest.update calls on one fresh namespace;
+    their first commits all target the same version (barrier) and the server holds each
+    ``_versions/`` put in its check-then-store window for up to ``meet`` seconds."""
+    ns = create_ns(server.new_root(), so)
+    v0 = ns.manifest_version
+    server.stall(meet=meet, once=once)
+    procs = [run_proc(server, "manifest-race", ns.root, "--writer", str(w), "--commits", str(commits),
+                      "--barrier", str(barrier), "--writers", str(writers), so=so, wait=False)
+             for w in range(writers)]
+    results = [finish(p) for p in procs]
+    assert all(code == 0 for code, _, _ in results), [out[-2000:] for _, _, out in results]
+    claimed = [v for _, r, _ in results for v in r["versions"]]
+    snap = Manifest(ns.root, so).snapshot()
+    present = set(snap.rows.column("object_id").to_pylist())
+    wanted = {f"race-{w}-{i}" for w in range(writers) for i in range(commits)}
+    return {"v0": v0, "final": snap.version, "claimed": claimed, "lost": sorted(wanted - present),
+            "retries": sum(r["retries"] for _, r, _ in results)}
+
+
+@pytest.mark.parametrize(("atomic", "lock"), [(False, False), (True, False), (False, True)],
+                         ids=["stock-moto", "atomic-moto", "stock-moto+commit-lock"])
+def test_manifest_commit_atomicity(tmp_path, atomic, lock):
+    """Three processes commit __manifest concurrently, the first commits of all three to the
+    same version, each put held in moto's check-then-store window until another joins it.
+    Lance commits version n by creating _versions/<n>.manifest with If-None-Match: *, so only
+    the store decides who wins: stock moto lets several writers 'win' one version (rows lost,
+    no error anywhere). With put-if-absent enforced every commit lands exactly once, the
+    losers get 412, rebase and retry; with lancepart's commit lock directory the writers take
+    turns and stock moto is safe too."""
+    log = str(tmp_path / "requests.jsonl")
+    with moto_s3(atomic=atomic, log=log) as server:
+        so = server.storage_options()
+        if lock:
+            so[COMMIT_LOCK_DIR_OPTION] = str(tmp_path / "locks")
+        safe = atomic or lock
+        r = manifest_race(server, writers=3, commits=2 if safe else 1, so=so, barrier=tmp_path / "barrier",
+                          meet=0.3 if safe else 30.0, once=not safe)
+        puts = [q for q in server.requests() if "/__manifest/_versions/" in q["path"] and q["method"] == "PUT"]
+    landed = Counter(q["path"] for q in puts if q["status"] == 200)
+    if not lock:
+        assert puts and all(q["if_none_match"] == "*" for q in puts)  # Lance commits with a conditional put
+    if safe:
+        assert r["lost"] == [] and len(r["claimed"]) == len(set(r["claimed"])) == 6, r
+        assert sorted(r["claimed"]) == list(range(r["v0"] + 1, r["v0"] + 7)) and r["final"] == r["v0"] + 6, r
+        assert max(landed.values()) == 1 and r["retries"] > 0, (r, landed)
+        assert any(q["status"] == 412 for q in puts) == (not lock), puts
+    else:
+        assert r["lost"] and len(set(r["claimed"])) < len(r["claimed"]) and max(landed.values()) > 1, (r, landed)
+
+
+# --------------------------------------------------------------------------- writing and reading
+
+
+def test_write_read_append_overwrite_batch_ids(s3, s3_ns):
+    ns, so = s3_ns, s3.storage_options()
+    first, second = demo_events(3_000, seed=1, days=3), demo_events(2_000, seed=2, start_id=3_000, days=3)
+    r1 = ns.write(first, batch_id="day-1")
+    assert (r1.rows_written, r1.partitions_created, r1.skipped) == (3_000, 12, False)
+    r2 = ns.write(second.to_reader(max_chunksize=500), batch_id="day-2", chunk_rows=700)  # several chunks
+    assert r2.rows_written == 2_000 and r2.partitions_created == 0
+    again = ns.write(second, batch_id="day-2")
+    assert again.skipped and again.manifest_version == r2.manifest_version
+    assert ids_of(ns) == list(range(5_000))
+    assert published_counts(ns) == Counter(expected_keys(first)) + Counter(expected_keys(second))
+
+    new = demo_events(100, seed=9, start_id=100_000, days=1)
+    ns.write(new, mode="overwrite", batch_id="fix-day-1")
+    touched = set(expected_keys(new))
+    old = pa.concat_tables([first, second])
+    kept = [i for i, k in zip(old.column("id").to_pylist(), expected_keys(old), strict=True) if k not in touched]
+    assert ids_of(ns) == sorted(kept + new.column("id").to_pylist())
+
+    reopened = PartitionedNamespace.open(ns.root, storage_options=so)
+    assert reopened.manifest_version == ns.manifest_version
+    got = reopened.to_table().sort_by("id")
+    assert got.num_rows == len(kept) + 100 and got.schema == ns.schema
+    parts = reopened.partitions()
+    assert len(parts) == len({p.object_id for p in parts}) == 12
+    assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}
+    for p in parts:  # every table, read at its read_version, holds only its own partition
+        t = lance.dataset(join_uri(ns.root, p.location), version=p.read_version, storage_options=so).to_table()
+        assert set(t.column("event_date").to_pylist()) <= {p.values["event_date"]}
+    commits = [q for q in s3.requests() if q["path"].startswith(f"/{s3.bucket}/{ns.root.split('/', 3)[3]}/")
+               and "/_versions/" in q["path"] and q["method"] == "PUT"]
+    assert commits and all(q["if_none_match"] == "*" for q in commits)
+
+
+def test_lance_directory_namespace_reads_it_on_s3(s3, s3_ns):
+    ns, so = s3_ns, s3.storage_options()
+    ns.write(demo_events(1_000, days=2))
+    d = lns.DirectoryNamespace(root=ns.root, **{f"storage.{k}": v for k, v in so.items()})
+    level1 = sorted(d.list_namespaces(lns.ListNamespacesRequest(id=["v1"])).namespaces)
+    parts = ns.partitions()
+    assert level1 == sorted({p.object_id.split("$")[1] for p in parts})
+    for p in parts:
+        table_id = p.object_id.split("$")
+        assert d.list_tables(lns.ListTablesRequest(id=table_id[:-1])).tables == ["dataset"]
+        location = d.describe_table(lns.DescribeTableRequest(id=table_id)).location
+        assert location.rstrip("/") == join_uri(ns.root, p.location)
+    total = sum(lance.dataset(join_uri(ns.root, p.location), version=p.read_version, storage_options=so).count_rows()
+                for p in parts)
+    assert total == 1_000
+
+
+def test_concurrent_writer_processes_lose_and_double_nothing(s3, s3_ns):
+    """Three processes append overlapping partitions at once, all creating the same new ones:
+    every row exactly once, one table per partition, read_version only ever increases, and
+    the reservation losers' empty tables are deleted from the bucket."""
+    ns = s3_ns
+    start_at = str(time.time() + 2)
+    procs = [run_proc(s3, "write", ns.root, "--start", str(i * 10_000), "--rows", "1500", "--start-at", start_at,
+                      env={"LANCE_LOG": "debug"}, wait=False) for i in range(3)]
+    results = [finish(p) for p in procs]
+    assert all(code == 0 for code, _, _ in results), [out[-2000:] for _, _, out in results]
+    assert sum(r["partitions_created"] for _, r, _ in results) == 12  # 3 days x 4 buckets
+    assert ids_of(ns) == sorted(i * 10_000 + j for i in range(3) for j in range(1500))
+    parts = ns.partitions()
+    assert len(parts) == len({p.object_id for p in parts}) == 12
+    assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}
+    history: dict[str, list[int]] = {}
+    ds = lance.dataset(join_uri(ns.root, "__manifest"), storage_options=ns.storage_options)
+    for v in range(1, ds.version + 1):
+        for row in ds.checkout_version(v).to_table(columns=["object_id", "read_version"]).to_pylist():
+            if row["read_version"] is not None:
+                history.setdefault(row["object_id"], []).append(row["read_version"])
+    assert history and all(h == sorted(h) for h in history.values())
+    assert_no_secret(s3.secret, *(out for _, _, out in results))  # stdout + Lance debug logs on stderr
+
+
+def test_same_batch_id_in_two_processes_publishes_once(s3, s3_ns):
+    start_at = str(time.time() + 2)
+    procs = [run_proc(s3, "write", s3_ns.root, "--rows", "800", "--batch-id", "nightly", "--start-at", start_at,
+                      wait=False) for _ in range(2)]
+    results = [finish(p) for p in procs]
+    assert all(code == 0 for code, _, _ in results), [out[-2000:] for _, _, out in results]
+    assert sorted(r["skipped"] for _, r, _ in results) == [False, True]
+    assert ids_of(s3_ns) == list(range(800))
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+def test_secret_key_never_leaks(s3, caplog, capfd):
+    caplog.set_level(logging.DEBUG)
+    so = s3.storage_options()
+    ns = create_ns(s3.new_root(), so)
+    result = ns.write(demo_events(300, days=1), batch_id="b1")
+    texts: list[object] = [result, json.dumps(result.to_dict()), repr(ns), ns.partitions(), ns.describe_namespace([])]
+    wrong_bucket = "s3://lancepart-no-such-bucket/ns"
+    with pytest.raises(NamespaceNotFoundError) as missing:
+        PartitionedNamespace.open(wrong_bucket, storage_options=so)
+    assert wrong_bucket in str(missing.value)
+    texts.append(missing.value)
+    with pytest.raises((OSError, LancepartError)) as create_failed:  # an untyped OSError today: see the docs
+        create_ns(wrong_bucket, so)
+    assert "lancepart-no-such-bucket" in str(create_failed.value)
+    texts.append(create_failed.value)
+    dead = {**so, "aws_endpoint": "http://127.0.0.1:9", "client_max_retries": "0", "client_retry_timeout": "1"}
+    with pytest.raises(LancepartError) as unreachable:
+        PartitionedNamespace.open(ns.root, storage_options=dead)
+    assert ns.root in str(unreachable.value)
+    texts.append(unreachable.value)
+    out, err = capfd.readouterr()
+    assert_no_secret(s3.secret, *texts, caplog.text, out, err)
+
+
+# --------------------------------------------------------------------------- Spark
+
+
+def spark_df(spark, table: pa.Table):
+    import pandas as pd
+
+    df = spark.createDataFrame(table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get))
+    return df.withColumn("event_ts", df["event_ts"].cast("timestamp_ntz"))
+
+
+@pytest.mark.spark
+def test_spark_write_on_s3(spark, s3, s3_ns):
+    from lancepart import spark as lps
+
+    so = s3.storage_options()
+    data = demo_events(4_000, seed=21, days=3)
+    r = lps.write(spark_df(spark, data), s3_ns.root, batch_id="spark-1", storage_options=so)
+    assert (r.rows_written, r.partitions_created, r.skipped) == (4_000, 12, False)
+    assert lps.write(spark_df(spark, data), s3_ns.root, batch_id="spark-1", storage_options=so).skipped
+    assert published_counts(s3_ns) == Counter(expected_keys(data))
+    assert ids_of(s3_ns) == list(range(4_000))
+    assert_no_secret(s3.secret, r, json.dumps(r.to_dict(), default=str))
+
+
+@pytest.mark.spark
+def test_spark_job_adopts_a_concurrent_creators_tables_on_s3(spark, s3, s3_ns, monkeypatch):
+    """The Spark job's executors wrote new partitions into the job's own directories on S3;
+    meanwhile another process reserves the same partitions. The job rewrites its rows into
+    the winner's tables and deletes its own directories from the bucket."""
+    from lancepart import spark as lps
+
+    ns, so = s3_ns, s3.storage_options()
+    data = demo_events(2_000, seed=31, start_id=50_000, days=3)
+    df = spark_df(spark, data)
+    monkeypatch.setenv("LANCEPART_FAULT", "after_fragments:sleep:4")  # read by the driver only
+    rival: dict = {}
+
+    def other_writer():
+        time.sleep(0.5)
+        rival["result"] = run_proc(s3, "write", ns.root, "--rows", "1000")
+
+    t = threading.Thread(target=other_writer)
+    t.start()
+    r = lps.write(df, ns.root, storage_options=so)
+    t.join()
+    code, _, out = rival["result"]
+    assert code == 0, out[-2000:]
+    assert r.details.get("adopted", 0) > 0
+    parts = ns.refresh().partitions()
+    assert len(parts) == len({p.object_id for p in parts}) == 12
+    assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}  # job's losing dirs are gone
+    assert ids_of(ns) == list(range(1_000)) + list(range(50_000, 52_000))
+
