@@ -195,13 +195,6 @@ class S3Server:
         """A fresh namespace root in the bucket: ``s3://<bucket>/ns-<uuid>``."""
         return f"s3://{self.bucket}/ns-{uuid.uuid4().hex[:12]}"
 
-    def keys(self, prefix: str) -> list[str]:
-        """Every object key under ``prefix`` (paginated)."""
-        out: list[str] = []
-        for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-            out.extend(o["Key"] for o in page.get("Contents", []))
-        return out
-
     def requests(self) -> list[dict]:
         if not self.log or not os.path.exists(self.log):
             return []

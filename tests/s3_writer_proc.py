@@ -40,6 +40,13 @@ def write(a: argparse.Namespace) -> int:
     ns = PartitionedNamespace.open(a.root, storage_options=_storage_options())
     if a.start_at:
         time.sleep(max(0.0, a.start_at - time.time()))
+    if a.wait_for:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(a.wait_for):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{a.wait_for} never appeared")
+            time.sleep(0.01)
+        ns.refresh()
     try:
         r = ns.write(data, mode=a.mode, batch_id=a.batch_id, max_retries=a.max_retries)
     except CommitConflictError as e:
@@ -100,6 +107,7 @@ def main() -> int:
     p.add_argument("--barrier", help="directory the manifest-race writers meet in after their first snapshot")
     p.add_argument("--writers", type=int, default=1, help="how many writers meet at --barrier")
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock time to begin (lines writers up)")
+    p.add_argument("--wait-for", help="write once this file exists")
     a = p.parse_args()
     return write(a) if a.command == "write" else manifest_race(a)
 

@@ -93,7 +93,7 @@ def test_writers_that_give_up_publish_nothing(ns, tmp_path: Path):
     """No retries (``max_retries=0``) on four hot partitions: most writes fail with
     CommitConflictError. They publish nothing, and no later writer (the second round) ever
     publishes the fragments and table versions they left behind."""
-    assert run_rounds(ns, tmp_path, 4, {"rounds": 2, "batches": 2, "rows": 100}, hot=True, max_retries=0) > 0
+    assert run_rounds(ns, tmp_path, 3, {"rounds": 2, "batches": 2, "rows": 100}, hot=True, max_retries=0) > 0
 
 
 def run_rounds(ns, tmp_path: Path, n: int, p: dict, *, spark_writer: bool = False, hot: bool = False,

@@ -73,7 +73,8 @@ def ids_of(ns: PartitionedNamespace) -> list[int]:
 def top_dirs(s3: S3Server, root: str) -> set[str]:
     """The first path component of every object under ``root``: __manifest and the table directories."""
     prefix = root.split("/", 3)[3] + "/"
-    return {k[len(prefix):].split("/", 1)[0] for k in s3.keys(prefix)}
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix, Delimiter="/")
+    return {c["Prefix"][len(prefix):].rstrip("/") for page in pages for c in page.get("CommonPrefixes", [])}
 
 
 def assert_no_secret(secret: str, *texts: object) -> None:
@@ -333,7 +334,7 @@ def test_spark_write_on_s3(spark, s3, s3_ns):
 
 
 @pytest.mark.spark
-def test_spark_job_adopts_a_concurrent_creators_tables_on_s3(spark, s3, s3_ns, monkeypatch):
+def test_spark_job_adopts_a_concurrent_creators_tables_on_s3(spark, s3, s3_ns, monkeypatch, tmp_path):
     """The Spark job's executors wrote new partitions into the job's own directories on S3;
     meanwhile another process reserves the same partitions. The job rewrites its rows into
     the winner's tables and deletes its own directories from the bucket."""
@@ -342,22 +343,24 @@ def test_spark_job_adopts_a_concurrent_creators_tables_on_s3(spark, s3, s3_ns, m
     ns, so = s3_ns, s3.storage_options()
     data = demo_events(2_000, seed=31, start_id=50_000, days=3)
     df = spark_df(spark, data)
-    monkeypatch.setenv("LANCEPART_FAULT", "after_fragments:sleep:4")  # read by the driver only
-    rival: dict = {}
+    go = tmp_path / "go"
+    rival = run_proc(s3, "write", ns.root, "--rows", "1000", "--wait-for", str(go), wait=False)
 
-    def other_writer():
-        time.sleep(0.5)
-        rival["result"] = run_proc(s3, "write", ns.root, "--rows", "1000")
+    def release_rival():  # once executors wrote into job directories, the job's snapshot is taken
+        deadline = time.monotonic() + 120
+        while top_dirs(s3, ns.root) <= {"__manifest"} and time.monotonic() < deadline:
+            time.sleep(0.25)
+        go.touch()
 
-    t = threading.Thread(target=other_writer)
+    t = threading.Thread(target=release_rival)
     t.start()
+    monkeypatch.setenv("LANCEPART_FAULT", "after_fragments:sleep:10")  # the driver waits; the rival publishes
     r = lps.write(df, ns.root, storage_options=so)
     t.join()
-    code, _, out = rival["result"]
+    code, _, out = finish(rival)
     assert code == 0, out[-2000:]
-    assert r.details.get("adopted", 0) > 0
+    assert r.details.get("adopted", 0) > 0, r
     parts = ns.refresh().partitions()
     assert len(parts) == len({p.object_id for p in parts}) == 12
     assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}  # job's losing dirs are gone
     assert ids_of(ns) == list(range(1_000)) + list(range(50_000, 52_000))
-
