@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -24,20 +23,7 @@ import tempfile
 import time
 
 import pyarrow as pa
-
-
-def machine() -> dict:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    import lance
-    import pyspark
-
-    return {"cpus": os.cpu_count(), "cpu": model or platform.processor(), "python": platform.python_version(),
-            "pyspark": pyspark.__version__, "pylance": lance.__version__, "pyarrow": pa.__version__}
+from machine_info import machine
 
 
 def main() -> int:
@@ -81,7 +67,7 @@ def main() -> int:
 
     tz = spark.conf.get("spark.sql.session.timeZone")
     schema = to_arrow_schema(df.drop("b16").schema, timezone=tz)
-    report = {"machine": machine(), "rows": n, "rounds": args.rounds, "cases": {}}
+    report = {"machine": machine("pyspark", "lance", "pyarrow"), "rows": n, "rounds": args.rounds, "cases": {}}
     for case in args.cases.split(","):
         field, spark_col = specs[case]
         lp_df, sp_df = df.drop("b16"), df

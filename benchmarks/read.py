@@ -22,27 +22,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import statistics
 import time
 
 import numpy as np
 import pyarrow as pa
-
-
-def machine() -> dict:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    import datafusion
-    import lance
-
-    return {"cpus": os.cpu_count(), "cpu": model or platform.processor(), "python": platform.python_version(),
-            "pyarrow": pa.__version__, "datafusion": datafusion.__version__, "pylance": lance.__version__}
+from machine_info import machine
 
 
 def build(days: int, buckets: int):
@@ -116,7 +101,8 @@ def main() -> int:
         "in": "user_id IN (1, 2, 3, 4, 5, 6, 7, 8)",
         "all": None,
     }
-    print(json.dumps({"machine": machine(), "tables": n_tables, "v1_tables": args.days * args.buckets}))
+    info = machine("pyarrow", "datafusion", "lance")
+    print(json.dumps({"machine": info, "tables": n_tables, "v1_tables": args.days * args.buckets}))
     prune(None, schema, specs, rows)  # warm up: DataFusion, UDF registration, imports
     for name, flt in cases.items():
         times = []
