@@ -60,3 +60,9 @@ class PartitionValueError(LancepartError, ValueError):
     """A row's partition value cannot be stored and reported faithfully (for example a timestamp
     outside the years 1-9999 that Python's datetime can represent); the message names the field,
     its source column(s) and the value."""
+
+
+class StorageUnavailableError(LancepartError, OSError):
+    """The object store behind a root cannot be used: its bucket does not exist, its endpoint
+    does not answer, or it refuses the credentials. The message names the root, the bucket or
+    endpoint, and never a credential."""

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
 
-from lancepart.errors import CommitConflictError, CorruptNamespaceError, NamespaceNotFoundError
+from lancepart.errors import (
+    CommitConflictError,
+    CorruptNamespaceError,
+    NamespaceNotFoundError,
+    StorageUnavailableError,
+)
 
 MANIFEST_DIR = "__manifest"
 
@@ -104,6 +110,32 @@ def manifest_schema(partition_fields: Sequence[pa.Field] = ()) -> pa.Schema:
     return pa.schema([*STANDARD_FIELDS, *VERSION_FIELDS, *partition_fields])
 
 
+_BUCKET = re.compile(r"<BucketName>([^<]+)</BucketName>")
+_ENDPOINT = re.compile(r"(https?://[^/?\s]+)")
+_STORE_PROBLEMS = (
+    (("NoSuchBucket", "bucket does not exist"), "bucket {bucket} does not exist"),
+    (("error sending request", "Connection refused", "dns error", "connection timed out", "operation timed out"),
+     "the object store endpoint {endpoint} does not answer"),
+    (("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403 Forbidden"),
+     "the object store {endpoint} refused the credentials or the bucket policy denies access"),
+)
+
+
+def storage_problem(e: BaseException, uri: str) -> StorageUnavailableError | None:
+    """A :class:`StorageUnavailableError` naming ``uri`` and what is wrong with its store, if
+    ``e`` (an error from Lance's object store) says the bucket, endpoint or credentials fail;
+    else None. Lance's messages carry the request URL, never the credentials."""
+    text = str(e)
+    for needles, template in _STORE_PROBLEMS:
+        if any(n in text for n in needles):
+            bucket = _BUCKET.search(text)
+            endpoint = _ENDPOINT.search(text)
+            what = template.format(bucket=repr(bucket.group(1)) if bucket else "(named in the root URI)",
+                                   endpoint=endpoint.group(1) if endpoint else "(default AWS endpoint)")
+            return StorageUnavailableError(f"{uri}: {what}")
+    return None
+
+
 class ManifestConflict(Exception):
     """Internal: someone else committed to __manifest since our snapshot."""
 
@@ -149,11 +181,11 @@ class Manifest:
         try:
             return lance.dataset(self.uri, version=version, storage_options=self.storage_options,
                                  commit_lock=self.commit_lock)
-        except ValueError as e:
-            if "not found" in str(e).lower() or "does not exist" in str(e).lower():
+        except (ValueError, OSError) as e:
+            if (problem := storage_problem(e, self.root)) is not None:
+                raise problem from None
+            if isinstance(e, ValueError) and ("not found" in str(e).lower() or "does not exist" in str(e).lower()):
                 raise NamespaceNotFoundError(f"no __manifest table at {self.uri}") from None
-            raise CorruptNamespaceError(f"cannot open __manifest at {self.uri}: {e}") from e
-        except OSError as e:
             raise CorruptNamespaceError(f"cannot open __manifest at {self.uri}: {e}") from e
 
     def exists(self) -> bool:
@@ -183,8 +215,13 @@ class Manifest:
         The namespace counts as partitioned only once the metadata commit lands (spec
         "Metadata Definition"), so a create that dies half way leaves no partitioned namespace.
         """
-        ds = lance.write_dataset(rows, self.uri, schema=rows.schema, mode="create",
-                                 storage_options=self.storage_options, commit_lock=self.commit_lock)
+        try:
+            ds = lance.write_dataset(rows, self.uri, schema=rows.schema, mode="create",
+                                     storage_options=self.storage_options, commit_lock=self.commit_lock)
+        except OSError as e:
+            if (problem := storage_problem(e, self.root)) is not None:
+                raise problem from None
+            raise
         ds.update_metadata(dict(metadata))
         self.ensure_indexes()
         return self.snapshot()

@@ -16,7 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart import ids as _ids
-from lancepart.errors import CorruptNamespaceError, InvalidSpecError, NamespaceExistsError, NamespaceNotFoundError
+from lancepart.errors import (
+    CorruptNamespaceError,
+    InvalidSpecError,
+    LancepartError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+)
 from lancepart.manifest import (
     Manifest,
     ManifestSnapshot,
@@ -132,6 +138,8 @@ class PartitionedNamespace:
         try:
             snapshot = manifest.create(rows, {SCHEMA_KEY: json.dumps(schema_to_json(schema), separators=(",", ":")),
                                               spec.key: spec.to_json_string()})
+        except LancepartError:
+            raise
         except (OSError, ValueError) as e:
             if manifest.exists() and "exist" in str(e).lower():
                 raise NamespaceExistsError(f"a namespace already exists at {root_s}") from None

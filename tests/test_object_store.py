@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 
 from lancepart import PartitionedNamespace
-from lancepart.errors import LancepartError, NamespaceNotFoundError
+from lancepart.errors import StorageUnavailableError
 from lancepart.manifest import COMMIT_LOCK_DIR_OPTION, Manifest, join_uri
 from lancepart.sample import demo_events
 from tests.conftest import EVENTS_SPEC, expected_keys
@@ -291,22 +291,56 @@ def test_secret_key_never_leaks(s3, caplog, capfd):
     ns = create_ns(s3.new_root(), so)
     result = ns.write(demo_events(300, days=1), batch_id="b1")
     texts: list[object] = [result, json.dumps(result.to_dict()), repr(ns), ns.partitions(), ns.describe_namespace([])]
-    wrong_bucket = "s3://lancepart-no-such-bucket/ns"
-    with pytest.raises(NamespaceNotFoundError) as missing:
-        PartitionedNamespace.open(wrong_bucket, storage_options=so)
-    assert wrong_bucket in str(missing.value)
-    texts.append(missing.value)
-    with pytest.raises((OSError, LancepartError)) as create_failed:  # an untyped OSError today: see the docs
-        create_ns(wrong_bucket, so)
-    assert "lancepart-no-such-bucket" in str(create_failed.value)
-    texts.append(create_failed.value)
-    dead = {**so, "aws_endpoint": "http://127.0.0.1:9", "client_max_retries": "0", "client_retry_timeout": "1"}
-    with pytest.raises(LancepartError) as unreachable:
-        PartitionedNamespace.open(ns.root, storage_options=dead)
-    assert ns.root in str(unreachable.value)
-    texts.append(unreachable.value)
+    texts.extend(store_errors(ns.root, so))
     out, err = capfd.readouterr()
     assert_no_secret(s3.secret, *texts, caplog.text, out, err)
+
+
+def store_errors(root: str, so: dict[str, str]) -> list[StorageUnavailableError]:
+    """A missing bucket (open and create) and a dead endpoint each raise StorageUnavailableError
+    naming the root and the bucket or endpoint."""
+    out = []
+    wrong_bucket = "s3://lancepart-no-such-bucket/ns"
+    for attempt in (lambda: PartitionedNamespace.open(wrong_bucket, storage_options=so),
+                    lambda: create_ns(wrong_bucket, so)):
+        with pytest.raises(StorageUnavailableError, match="bucket 'lancepart-no-such-bucket' does not exist") as e:
+            attempt()
+        assert wrong_bucket in str(e.value)
+        out.append(e.value)
+    dead = {**so, "aws_endpoint": "http://127.0.0.1:9", "client_max_retries": "0", "client_retry_timeout": "1"}
+    for attempt in (lambda: PartitionedNamespace.open(root, storage_options=dead),
+                    lambda: create_ns(root + "-new", dead)):
+        with pytest.raises(StorageUnavailableError, match=r"endpoint http://127\.0\.0\.1:9 does not answer") as e:
+            attempt()
+        assert root in str(e.value)
+        out.append(e.value)
+    return out
+
+
+def test_partition_table_commits_take_the_commit_lock(tmp_path):
+    """With a commit-lock directory configured (stores without atomic put-if-absent), every
+    commit takes the lock: __manifest, the reservation's empty tables, and each partition
+    table's Restore/Update commits, from several processes at once on stock moto. Lock files
+    are named by the table URI; the partitions exist before the lock directory is configured,
+    so a table's lock file can only come from its data commits."""
+    import hashlib
+
+    with moto_s3(atomic=False) as server:
+        ns = create_ns(server.new_root(), server.storage_options())
+        ns.write(demo_events(50, seed=3, start_id=90_000, days=3))  # creates the 12 partitions, no lock
+        so = {**server.storage_options(), COMMIT_LOCK_DIR_OPTION: str(tmp_path / "locks")}
+        start_at = str(time.time() + 2)
+        procs = [run_proc(server, "write", ns.root, "--start", str(i * 10_000), "--rows", "600",
+                          "--start-at", start_at, so=so, wait=False) for i in range(3)]
+        results = [finish(p) for p in procs]
+        assert all(code == 0 for code, _, _ in results), [out[-2000:] for _, _, out in results]
+        wanted = [i * 10_000 + j for i in range(3) for j in range(600)] + list(range(90_000, 90_050))
+        assert ids_of(ns) == sorted(wanted)
+        parts = ns.partitions()
+        assert len(parts) == len({p.object_id for p in parts}) == 12
+        locks = {f.name for f in (tmp_path / "locks").iterdir()}
+        for uri in [join_uri(ns.root, "__manifest")] + [join_uri(ns.root, p.location) for p in parts]:
+            assert hashlib.sha256(uri.encode()).hexdigest()[:32] + ".lock" in locks, uri
 
 
 # --------------------------------------------------------------------------- Spark

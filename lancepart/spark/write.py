@@ -36,7 +36,7 @@ from lance import LanceOperation
 from lancepart import errors
 from lancepart.errors import LancepartError
 from lancepart.ids import check_location
-from lancepart.manifest import join_uri
+from lancepart.manifest import commit_lock, join_uri
 from lancepart.namespace import PartitionedNamespace
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
@@ -154,16 +154,18 @@ def _task_error(e: BaseException) -> LancepartError | None:
 
 def _create_empty(root: str, location: str, schema: pa.Schema, so: Mapping[str, str] | None) -> int:
     """Create the (empty) table in a directory that already holds this job's data files."""
-    return lance.LanceDataset.commit(join_uri(root, location), LanceOperation.Overwrite(schema, []),
-                                     storage_options=dict(so) if so else None).version
+    uri = join_uri(root, location)
+    so_ = dict(so) if so else None
+    return lance.LanceDataset.commit(uri, LanceOperation.Overwrite(schema, []), storage_options=so_,
+                                     commit_lock=commit_lock(uri, so_)).version
 
 
 def _move_into(root: str, w: TableWrite, winner: str, schema: pa.Schema, so: Mapping[str, str] | None) -> None:
     """A concurrent writer created the partition first: rewrite our rows into its table."""
     so_ = dict(so) if so else None
-    ours = lance.LanceDataset.commit(join_uri(root, w.location),
-                                     LanceOperation.Update(removed_fragment_ids=[], new_fragments=w.fragments),
-                                     read_version=1, storage_options=so_)
+    uri = join_uri(root, w.location)
+    ours = lance.LanceDataset.commit(uri, LanceOperation.Update(removed_fragment_ids=[], new_fragments=w.fragments),
+                                     read_version=1, storage_options=so_, commit_lock=commit_lock(uri, so_))
     w.fragments = lance.fragment.write_fragments(ours.to_table(), join_uri(root, winner), schema=schema,
                                                  storage_options=so_)
     remove_table_dir(root, w.location, so)  # local or object store; leftovers are unreferenced

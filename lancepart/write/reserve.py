@@ -20,7 +20,7 @@ import lance
 import pyarrow as pa
 
 from lancepart import ids as _ids
-from lancepart.manifest import Manifest, ManifestSnapshot, join_uri, metadata_json
+from lancepart.manifest import Manifest, ManifestSnapshot, commit_lock, join_uri, metadata_json
 from lancepart.parallel import map_threads
 from lancepart.spec import PartitionSpec
 
@@ -47,8 +47,10 @@ class Reservation:
 def create_empty_table(root: str, location: str, schema: pa.Schema,
                        storage_options: Mapping[str, str] | None) -> int:
     """Create an empty partition table and return its version."""
-    ds = lance.write_dataset(schema.empty_table(), join_uri(root, location), mode="create",
-                             storage_options=dict(storage_options) if storage_options else None)
+    uri = join_uri(root, location)
+    so = dict(storage_options) if storage_options else None
+    ds = lance.write_dataset(schema.empty_table(), uri, mode="create", storage_options=so,
+                             commit_lock=commit_lock(uri, so))
     return ds.version
 
 

@@ -24,7 +24,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError
-from lancepart.manifest import join_uri
+from lancepart.manifest import commit_lock, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
 
@@ -53,6 +53,7 @@ def commit_table(
     the new version, whose fragments are exactly the base's (unless ``overwrite``) plus ours."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
+    lock = commit_lock(uri, so)  # None unless the store needs one (docs/object-storage.md)
     base: set[Ident] = set()
     if not overwrite:
         published = lance.dataset(uri, version=base_version, storage_options=so)
@@ -65,12 +66,12 @@ def commit_table(
         try:
             if not base <= set(have):
                 lance.LanceDataset.commit(uri, LanceOperation.Restore(base_version), read_version=latest.version,
-                                          storage_options=so)
+                                          storage_options=so, commit_lock=lock)
                 continue
             remove = [fid for ident, fid in have.items() if ident not in wanted]
             add = [f for f in fragments if _ident(f) not in have]
             ours = lance.LanceDataset.commit(uri, LanceOperation.Update(removed_fragment_ids=remove, new_fragments=add),
-                                             read_version=latest.version, storage_options=so)
+                                             read_version=latest.version, storage_options=so, commit_lock=lock)
         except lance.commit.CommitConflictError:
             _backoff(attempt)
             continue
