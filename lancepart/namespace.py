@@ -32,7 +32,7 @@ from lancepart.manifest import (
     rows_from_records,
 )
 from lancepart.results import CommitResult, PartitionInfo
-from lancepart.spec import PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
+from lancepart.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
 
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = "partition_spec_v"
@@ -213,6 +213,28 @@ class PartitionedNamespace:
     def snapshot(self) -> ManifestSnapshot:
         return self._snapshot
 
+    # ------------------------------------------------------------------ evolution
+    def evolve(self, fields: Sequence[PartitionField | Mapping[str, Any]], *, max_retries: int = 20
+               ) -> PartitionSpec:
+        """Add partition spec version ``v<N+1>`` with ``fields`` (spec "Partition Evolution") and
+        return it; new writes use it, reads and pruning span every version.
+
+        ``fields`` are :class:`PartitionField` or their JSON objects; a field with the
+        source_ids and transform of an earlier field reuses its ``field_id`` ("Field ID
+        Reuse"), and ``field_id`` may be left out. ``__manifest`` gains the new
+        ``partition_field_*`` columns through Lance schema evolution. Defining exactly the
+        current spec again is a no-op that returns it.
+
+        >>> # ns.evolve([{"source_ids": [1], "transform": {"type": "year"}, "result_type": {"type": "int32"}},
+        >>> #            {"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
+        >>> #             "result_type": {"type": "utf8"}}])
+        """
+        from lancepart.evolution import evolve
+
+        spec = evolve(self._manifest, self._schema, fields, max_retries=max_retries)
+        self.refresh()
+        return spec
+
     # ------------------------------------------------------------------ writing
     def write(
         self,
@@ -251,6 +273,10 @@ class PartitionedNamespace:
             from lancepart.read.prune import prune
 
             tables = prune(filter, self._schema, self._specs, self._snapshot.rows).kept
+        return self._partition_infos(tables)
+
+    def _partition_infos(self, tables: pa.Table) -> list[PartitionInfo]:
+        """:class:`PartitionInfo` of each partition table row of ``tables`` (``__manifest`` rows)."""
         cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
         partition_values = {c: _py_values(tables.column(c)) for c in tables.column_names
                             if c.startswith("partition_field_")}
@@ -276,13 +302,27 @@ class PartitionedNamespace:
         return prune(filter, self._schema, self._specs, self._snapshot.rows).explain()
 
     def to_table(self, filter: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
-        """The published snapshot (every table at its ``read_version``/branch/tag) as one table,
-        with ``filter`` and ``columns`` pushed into each partition scan."""
+        """The published snapshot (every table at its ``read_version``/branch/tag) as one table:
+        only partitions that can match ``filter`` are read, an inclusive form of the filter and
+        the ``columns`` projection are pushed into each Lance scan, and the filter is applied
+        exactly (DataFusion semantics) to what was read.
+
+        >>> # ns.to_table("event_date = DATE '2025-12-10' AND country = 'US'", columns=["id"])
+        """
         from lancepart.read.snapshot import scan
 
-        return scan(self.root, self.partitions(filter), self._schema, filter=filter, columns=columns,
-                    storage_options=self.storage_options)
+        if filter is not None and not filter.strip():
+            filter = None
+        if filter is None:
+            return scan(self.root, self.partitions(), self._schema, columns=columns,
+                        storage_options=self.storage_options)
+        from lancepart.read.prune import prune
 
+        result = prune(filter, self._schema, self._specs, self._snapshot.rows)
+        return scan(self.root, self._partition_infos(result.kept), self._schema, filter=filter, columns=columns,
+                    storage_options=self.storage_options, scan_filter=result.scan_filter)
+
+    # ------------------------------------------------------------------ maintenance
     def describe_namespace(self, id: Sequence[str]) -> dict[str, str]:
         """Runtime properties of a namespace (spec "Runtime Namespace Properties", Appendix E).
 

@@ -1116,6 +1116,77 @@ def _intersect(a: list[pa.Scalar | None], b: list[pa.Scalar | None]) -> list[pa.
 # =========================================================================== result
 
 
+# =========================================================================== scan pushdown
+
+
+def _pushdown(p: _Pred) -> str | None:
+    """An *inclusive* version of the source predicate for the Lance scanner: every row the filter
+    accepts passes it (None: no constraint). Leaves are rendered from the literals DataFusion
+    coerced to the column's own type, so Lance's planner (whose literal coercion differs from
+    DataFusion's: it refuses a string for a zoned timestamp, for one) sees no ambiguity; a leaf
+    that cannot be rendered is dropped from a conjunction (widening it) and makes a disjunction
+    unconstrained. The exact filter is then applied by DataFusion on the scanned rows."""
+    if isinstance(p, _Const):
+        return None if p.value else "FALSE"
+    if isinstance(p, _Cmp):
+        lit = _scan_literal(p.value)
+        return None if lit is None else f"{_ident(p.column)} {p.op} {lit}"
+    if isinstance(p, _In):
+        if p.negated and p.has_null:
+            return "FALSE"  # x NOT IN (..., NULL) is never TRUE
+        lits = [_scan_literal(v) for v in p.values]
+        if not lits:
+            return "FALSE" if not p.negated else None
+        if any(lit is None for lit in lits):
+            return None
+        return f"{_ident(p.column)} {'NOT ' if p.negated else ''}IN ({', '.join(lits)})"  # type: ignore[arg-type]
+    if isinstance(p, _IsNull):
+        return f"{_ident(p.column)} IS {'NOT ' if p.negated else ''}NULL"
+    if isinstance(p, _Like):
+        if p.escape is not None or p.case_insensitive:
+            return None
+        return f"{_ident(p.column)} {'NOT ' if p.negated else ''}LIKE {_sql_string(p.pattern)}"
+    if isinstance(p, _And):
+        parts = [x for x in (_pushdown(i) for i in p.items) if x is not None]
+        return None if not parts else " AND ".join(f"({x})" for x in parts)
+    if isinstance(p, _Or):
+        parts = [_pushdown(i) for i in p.items]
+        return None if any(x is None for x in parts) else " OR ".join(f"({x})" for x in parts)
+    return None  # _Unknown
+
+
+def _scan_literal(s: pa.Scalar) -> str | None:
+    """A literal Lance's scanner reads as exactly ``s``: integers, finite floats, strings, dates
+    and timestamps; None for anything else."""
+    t = s.type
+    if pa.types.is_floating(t) and not math.isfinite(float(s.as_py())):
+        return None
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or _is_string(t) or pa.types.is_date32(t)
+            or pa.types.is_timestamp(t) or pa.types.is_boolean(t)):
+        return None
+    try:
+        return _sql_literal(s)
+    except InvalidArgumentError:
+        return None
+
+
+_IDENTIFIER = re.compile(r'"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*)')
+
+
+def filter_columns(filter: str | None, schema: pa.Schema) -> list[str]:
+    """The namespace columns ``filter`` may mention (a superset: every identifier-like token
+    that names a column, unquoted ones also case-folded as DataFusion does), in schema order."""
+    if not filter:
+        return []
+    tokens = set()
+    for quoted, bare in _IDENTIFIER.findall(filter):
+        if quoted:
+            tokens.add(quoted.replace('""', '"'))
+        else:
+            tokens.update((bare, bare.lower()))
+    return [n for n in schema.names if n in tokens]
+
+
 @dataclass(frozen=True)
 class PruneResult:
     """What :func:`prune` kept.
@@ -1135,6 +1206,7 @@ class PruneResult:
     manifest_sql: str
     residual: str | None
     specs: dict[int, PartitionSpec] = field(repr=False, default_factory=dict)
+    scan_filter: str | None = None  # inclusive filter pushed into each Lance scan (see _pushdown)
 
     @property
     def object_ids(self) -> list[str]:
@@ -1149,7 +1221,8 @@ class PruneResult:
         filter: x = 1
         v1: kept 0 of 2 partition tables, pruned 2
           partition predicate: FALSE
-        residual (applied in each partition scan): x = 1
+        pushed into each Lance scan: (none)
+        residual (applied exactly, by DataFusion, to the scanned rows): x = 1
         manifest query:
           SELECT ...
         """
@@ -1166,7 +1239,9 @@ class PruneResult:
             label = f"v{sid}" if sid >= 0 else "unknown spec versions"
             lines.append(f"{label}{fields}: kept {kept} of {kept + pruned} partition tables, pruned {pruned}")
             lines.append(f"  partition predicate: {self.predicates.get(sid, 'TRUE')}")
-        lines.append(f"residual (applied in each partition scan): {self.residual if self.residual else '(none)'}")
+        lines.append(f"pushed into each Lance scan: {self.scan_filter if self.scan_filter else '(none)'}")
+        lines.append(f"residual (applied exactly, by DataFusion, to the scanned rows): "
+                     f"{self.residual if self.residual else '(none)'}")
         lines.append("manifest query:")
         lines.extend("  " + line for line in self.manifest_sql.splitlines())
         return "\n".join(lines)
@@ -1233,6 +1308,7 @@ def prune(
         manifest_sql=sql,
         residual=filter,
         specs=specs,
+        scan_filter=None if filter is None else _pushdown(pred),
     )
 
 

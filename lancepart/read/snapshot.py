@@ -3,19 +3,30 @@
 ``read_version`` alone: that version of main; ``read_branch`` + ``read_version``: that
 version of the branch; ``read_tag``: the tagged version; all NULL: latest main. Rows a
 table holds beyond its published version are never visible here.
+
+A filtered scan pushes an *inclusive* rendering of the filter into each Lance scanner
+(:attr:`lancepart.read.prune.PruneResult.scan_filter`: literals already coerced to the column
+types, so Lance's own literal coercion cannot change its meaning) and then applies the filter
+exactly, with DataFusion's semantics, to the rows read: what a filter means is what DataFusion
+says, whichever engine scans.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
+import datafusion
 import lance
 import pyarrow as pa
 
-from lancepart.errors import CorruptNamespaceError
+from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
 from lancepart.ids import check_location
 from lancepart.manifest import join_uri
+from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
+
+log = logging.getLogger("lancepart.read")
 
 
 def open_partition(root: str, info: PartitionInfo, storage_options: Mapping[str, str] | None = None
@@ -37,14 +48,55 @@ def open_partition(root: str, info: PartitionInfo, storage_options: Mapping[str,
             f"read_branch={info.read_branch!r}, read_tag={info.read_tag!r}) cannot be opened: {e}") from e
 
 
-def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,
-         columns: Sequence[str] | None = None, storage_options: Mapping[str, str] | None = None) -> pa.Table:
-    """Concatenate the published rows of ``partitions``, with ``filter`` and ``columns`` pushed
-    into each Lance scan."""
+def scan_table(ds: lance.LanceDataset, columns: Sequence[str] | None, scan_filter: str | None) -> pa.Table:
+    """``ds`` with ``scan_filter`` pushed into Lance's scanner; should Lance's planner refuse
+    it, the columns unfiltered (the exact filter is applied afterwards anyway)."""
     cols = list(columns) if columns is not None else None
-    out_schema = pa.schema([schema.field(c) for c in cols]) if cols is not None else schema
-    tables = []
-    for info in partitions:
-        t = open_partition(root, info, storage_options).to_table(columns=cols, filter=filter)
-        tables.append(t.select(out_schema.names).cast(out_schema))
-    return pa.concat_tables(tables) if tables else out_schema.empty_table()
+    if scan_filter is not None:
+        try:
+            return ds.to_table(columns=cols, filter=scan_filter)
+        except ValueError as e:
+            log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
+    return ds.to_table(columns=cols)
+
+
+def apply_filter(table: pa.Table, filter: str) -> pa.Table:
+    """The rows of ``table`` for which ``filter`` is TRUE, evaluated by DataFusion (row order kept)."""
+    from lancepart.datafusion import register_udfs
+
+    ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
+    register_udfs(ctx)
+    ctx.register_record_batches("t", [table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]])
+    try:
+        out = ctx.sql(f"SELECT * FROM t WHERE {filter}").to_arrow_table()
+    except Exception as e:  # DataFusion raises plain Exception
+        raise InvalidArgumentError(f"filter {filter!r} failed on the scanned rows (DataFusion: {e})") from None
+    return out.cast(table.schema) if out.num_rows else table.schema.empty_table()
+
+
+def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,
+         columns: Sequence[str] | None = None, storage_options: Mapping[str, str] | None = None,
+         scan_filter: str | None = None) -> pa.Table:
+    """Concatenate the published rows of ``partitions`` that match ``filter``, projected to
+    ``columns``. ``scan_filter`` (an inclusive form of ``filter``) and the columns the filter
+    needs are pushed into each Lance scan; ``filter`` is then applied exactly."""
+    from lancepart.read.prune import filter_columns
+
+    cols = list(columns) if columns is not None else list(schema.names)
+    unknown = [c for c in cols if c not in schema.names]
+    if unknown:
+        raise InvalidArgumentError(f"columns {unknown} are not in the namespace schema {schema.names}")
+    needed = set(cols) | set(filter_columns(filter, schema))
+    read_cols = cols if not filter else [n for n in schema.names if n in needed]
+    read_schema = pa.schema([schema.field(c) for c in read_cols])
+
+    def read(info: PartitionInfo) -> pa.Table:
+        t = scan_table(open_partition(root, info, storage_options), read_cols, scan_filter)
+        return t.select(read_schema.names).cast(read_schema)
+
+    # Opening a table costs a few object-store round trips: overlap them (order is kept).
+    tables = map_threads(read, partitions)
+    out = pa.concat_tables(tables) if tables else read_schema.empty_table()
+    if filter:
+        out = apply_filter(out, filter)
+    return out.select(cols)
