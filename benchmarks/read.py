@@ -11,8 +11,8 @@ Builds the ``__manifest`` rows of a namespace with ``--days`` x ``--buckets`` pa
 * in:     ``user_id IN (...)`` of 8 users                  (<= 8 buckets per day kept)
 * all:    no filter                                        (every table kept)
 
-The manifest rows are built directly (no Lance I/O); the end-to-end read benchmark comes with
-the reader integration.
+The manifest rows are built directly (no Lance I/O); ``benchmarks/read_e2e.py`` measures the
+whole read on a real namespace.
 
     python benchmarks/read.py [--days 625] [--buckets 16] [--rounds 20]
 """
