@@ -8,17 +8,55 @@ No I/O here; type checks that need an engine live in ``transforms`` / ``datafusi
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
+import os
 import re
+import sys
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from lance_namespace_urllib3_client import models as _m
 from pydantic import ValidationError
 
 from lancepart.errors import InvalidSpecError
+
+_CLIENT = "lance_namespace_urllib3_client"
+_MODELS = {"partition_spec": "PartitionSpec", "partition_field": "PartitionField",
+           "partition_transform": "PartitionTransform", "json_arrow_schema": "JsonArrowSchema",
+           "json_arrow_field": "JsonArrowField", "json_arrow_data_type": "JsonArrowDataType"}
+
+
+def _load_models() -> Any:
+    """The official pydantic models we use, without importing the whole REST client: its
+    package ``__init__`` imports every API module and every model (2-4 s, paid again by every
+    Spark Python worker and CLI process). The model modules are loaded under placeholder
+    parent packages that are removed afterwards, so a later ``import lance_namespace_urllib3_client``
+    runs normally and reuses these very classes."""
+    if _CLIENT in sys.modules:  # already imported by someone: use it as is
+        return importlib.import_module(_CLIENT + ".models")
+    found = importlib.util.find_spec(_CLIENT)
+    if found is None or not found.submodule_search_locations:
+        return importlib.import_module(_CLIENT + ".models")  # let the import error say what is missing
+    base = next(iter(found.submodule_search_locations))
+    placeholders = []
+    for name, path in ((_CLIENT, base), (_CLIENT + ".models", os.path.join(base, "models"))):
+        module = types.ModuleType(name)
+        module.__path__ = [path]
+        sys.modules[name] = module
+        placeholders.append(name)
+    try:
+        return types.SimpleNamespace(**{cls: getattr(importlib.import_module(f"{_CLIENT}.models.{mod}"), cls)
+                                        for mod, cls in _MODELS.items()})
+    finally:
+        for name in placeholders:
+            sys.modules.pop(name, None)
+
+
+_m = _load_models()
 
 FIELD_ID_KEY = "lance:field_id"
 FIELD_ID_KEY_BYTES = FIELD_ID_KEY.encode()

@@ -143,3 +143,19 @@ def test_field_id_reuse_rules(appendix_a):
         check_field_id_reuse(reused_id_new_def, [v1, v2])
     check_field_id_reuse(PartitionSpec.from_json({"id": 3, "fields": [appendix_a["partition_spec_v1"]["fields"][0]]}),
                          [v1, v2])
+
+
+def test_import_loads_only_the_models_it_needs():
+    """`import lancepart` (every CLI process and Spark Python worker) loads the official
+    pydantic models without the REST client's API modules; importing the client afterwards
+    works and yields the very same model classes."""
+    import subprocess
+    import sys
+
+    code = ("import sys, lancepart, lancepart.spec as s\n"
+            "print('lance_namespace_urllib3_client.api' in sys.modules)\n"
+            "from lance_namespace_urllib3_client import ApiClient\n"
+            "from lance_namespace_urllib3_client.models import PartitionSpec, JsonArrowSchema\n"
+            "print(PartitionSpec is s._m.PartitionSpec and JsonArrowSchema is s._m.JsonArrowSchema)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]
