@@ -55,7 +55,7 @@ def test_appendix_a_evolution_v1_to_v2(appendix_ns):
     assert json.loads(md["partition_spec_v1"]) == APPENDIX_A["partition_spec_v1"]
     assert json.loads(md["partition_spec_v2"]) == APPENDIX_A["partition_spec_v2"]
     after = lance.dataset(join_uri(ns.root, "__manifest"))
-    assert after.schema.names == before.schema.names + ["partition_field_event_year", "partition_field_country"]
+    assert after.schema.names == [*before.schema.names, "partition_field_event_year", "partition_field_country"]
     assert after.schema.field("partition_field_event_year").type == pa.int32()
     assert after.schema.field("partition_field_country").type == pa.utf8()
     assert {i.name for i in after.describe_indices()} == {i.name for i in before.describe_indices()}
@@ -116,7 +116,7 @@ def test_field_id_reuse_rules(appendix_ns, events_schema):
     bucket = {"source_ids": [2], "transform": {"type": "bucket", "num_buckets": 8}, "result_type": {"type": "int32"}}
     resolved = resolve_fields([identity_date, year, bucket], ns.schema, list(ns.specs.values()))
     assert [f.field_id for f in resolved] == ["event_date", "event_date_year", "country_bucket_8"]
-    with pytest.raises(InvalidSpecError, match="'day_of_event'.*same source_ids and transform.*'event_date'"):
+    with pytest.raises(InvalidSpecError, match=r"'day_of_event'.*same source_ids and transform.*'event_date'"):
         ns.evolve([{**identity_date, "field_id": "day_of_event"}])
     with pytest.raises(InvalidSpecError, match="'event_date': field_id already names a different definition"):
         ns.evolve([{**year, "field_id": "event_date"}])

@@ -37,7 +37,8 @@ CASES = {
         [_tf("tsz_d", [6], "day"), _tf("tsn_h", [7], "hour")]),
     "multi-bucket-to-expressions": (
         [_tf("mb", [2, 3], "multi_bucket", num_buckets=8)],
-        [_tf("i_t10", [1], "truncate", {"type": "int64"}, width=10), _expr("e_mod", [1], "col0 % 7", {"type": "int64"})]),
+        [_tf("i_t10", [1], "truncate", {"type": "int64"}, width=10),
+         _expr("e_mod", [1], "col0 % 7", {"type": "int64"})]),
     "date-to-composite": (
         [_identity("d", 4, {"type": "date32"})],
         [_expr("e_cat", [3, 2], "concat(col0, '-', CAST(col1 AS VARCHAR))", {"type": "utf8"}),
