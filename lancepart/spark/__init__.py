@@ -1,10 +1,16 @@
 """Spark adapter: executors evaluate partition transforms on Arrow batches and write Lance
 fragments; the driver plans and commits through the engine-agnostic ``lancepart.write`` path.
+Reads and storage-partitioned joins plan on the driver through ``__manifest`` and scan
+partition tables with pylance on the executors.
 
 >>> from lancepart import spark as lps
 >>> # lps.write(df, "/data/events", mode="append", batch_id="2025-12-10")
+>>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'")
 """
 
+from lancepart.read.spj import Compatibility, JoinPlan, spj_compatibility
+from lancepart.spark.join import explain_join, join
+from lancepart.spark.read import read
 from lancepart.spark.write import write
 
-__all__ = ["write"]
+__all__ = ["Compatibility", "JoinPlan", "explain_join", "join", "read", "spj_compatibility", "write"]

@@ -1,0 +1,337 @@
+"""Spark reader of a partitioned namespace (spec "Query Optimization / Partition Pruning",
+"Transaction / Read Behavior").
+
+Planning happens on the driver: :meth:`PartitionedNamespace.partitions` prunes through
+``__manifest`` and yields every kept partition table with its ``read_version`` /
+``read_branch`` / ``read_tag``. Each table becomes one task description (JSON); a small
+DataFrame holds them, one per Spark partition, and ``mapInArrow`` runs the scan on the
+executors: every task opens its table at the published version with pylance, pushes the
+column projection and the inclusive form of the filter into the Lance scanner, applies the
+filter exactly with DataFusion (as :meth:`PartitionedNamespace.to_table` does) and streams
+Arrow batches to Spark.
+Tables above ``split_rows`` rows are split into tasks of whole fragments.
+
+The namespace schema maps onto Spark types explicitly (:func:`spark_schema`): timestamps
+without a zone become ``TIMESTAMP_NTZ`` (wall clock), with a zone ``TIMESTAMP`` (an instant),
+``large_utf8`` a ``STRING``, ``decimal128(p, s)`` a ``DECIMAL(p, s)``, unsigned integers the
+next wider signed type (``uint64`` a ``DECIMAL(20, 0)``).
+
+>>> # from lancepart import spark as lps
+>>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'", columns=["id", "amount"])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lancepart.errors import InvalidArgumentError, SchemaMismatchError
+from lancepart.namespace import PartitionedNamespace
+from lancepart.parallel import map_threads
+from lancepart.results import PartitionInfo
+
+log = logging.getLogger("lancepart.spark")
+
+TASK_SCHEMA = "task string"
+
+
+# --------------------------------------------------------------------------- types
+def spark_type(t: pa.DataType, column: str = "?"):
+    """The Spark SQL type a namespace column of Arrow type ``t`` reads as.
+
+    :class:`SchemaMismatchError` naming ``column`` for a type Spark cannot hold.
+
+    >>> spark_type(pa.timestamp("ns")).simpleString()
+    'timestamp_ntz'
+    """
+    from pyspark.sql import types as T
+
+    if pa.types.is_dictionary(t):
+        return spark_type(t.value_type, column)
+    if pa.types.is_boolean(t):
+        return T.BooleanType()
+    if pa.types.is_integer(t):
+        signed = {8: T.ByteType(), 16: T.ShortType(), 32: T.IntegerType(), 64: T.LongType()}
+        if pa.types.is_signed_integer(t):
+            return signed[t.bit_width]
+        # unsigned: the next wider signed type, so every value fits
+        return {8: T.ShortType(), 16: T.IntegerType(), 32: T.LongType()}.get(t.bit_width, T.DecimalType(20, 0))
+    if pa.types.is_float16(t) or pa.types.is_float32(t):
+        return T.FloatType()
+    if pa.types.is_float64(t):
+        return T.DoubleType()
+    if pa.types.is_decimal(t):
+        if t.precision > 38:
+            raise SchemaMismatchError(f"column {column!r}: {t} has precision {t.precision}; Spark decimals hold "
+                                      f"at most 38 digits")
+        return T.DecimalType(t.precision, t.scale)
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return T.StringType()
+    if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+            or pa.types.is_binary_view(t)):
+        return T.BinaryType()
+    if pa.types.is_date(t):
+        return T.DateType()
+    if pa.types.is_timestamp(t):
+        return T.TimestampNTZType() if t.tz is None else T.TimestampType()
+    if pa.types.is_time(t) and hasattr(T, "TimeType"):
+        return T.TimeType()
+    if pa.types.is_duration(t):
+        return T.DayTimeIntervalType()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return T.ArrayType(spark_type(t.value_type, column), containsNull=t.value_field.nullable)
+    if pa.types.is_map(t):
+        return T.MapType(spark_type(t.key_type, column), spark_type(t.item_type, column),
+                         valueContainsNull=t.item_field.nullable)
+    if pa.types.is_struct(t):
+        return T.StructType([T.StructField(f.name, spark_type(f.type, f"{column}.{f.name}"), f.nullable)
+                             for f in t])
+    raise SchemaMismatchError(f"column {column!r}: Arrow type {t} has no Spark SQL equivalent")
+
+
+def spark_schema(schema: pa.Schema):
+    """The Spark ``StructType`` of a namespace schema (or a projection of it).
+
+    >>> spark_schema(pa.schema([("d", pa.date32())])).simpleString()
+    'struct<d:date>'
+    """
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(f.name, spark_type(f.type, f.name), f.nullable) for f in schema])
+
+
+def arrow_schema_for(spark, struct) -> pa.Schema:
+    """The Arrow schema Spark expects from ``mapInArrow`` for ``struct`` in this session
+    (``TIMESTAMP`` carries the session time zone; large var types if the session uses them)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    tz = spark.conf.get("spark.sql.session.timeZone")
+    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    return to_arrow_schema(struct, timezone=tz, prefers_large_types=large)
+
+
+def conform(data: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatch | pa.Table:
+    """``data`` with exactly ``target``'s columns and types: nanosecond timestamps are truncated
+    to Spark's microseconds, everything else is cast losslessly (an overflow raises)."""
+    columns = []
+    for f in target:
+        col = data.column(f.name)
+        if col.type != f.type:
+            col = pc.cast(col, options=pc.CastOptions(f.type, allow_time_truncate=True))
+        columns.append(col)
+    if isinstance(data, pa.Table):
+        return pa.Table.from_arrays(columns, schema=target)
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+# --------------------------------------------------------------------------- plumbing shared with join.py
+def broadcast_options(spark, storage_options: Mapping[str, str] | None):
+    """Storage options (credentials) as a Spark broadcast, so they never travel inside the pickled
+    task function, which py4j logs at DEBUG; None without options or without a SparkContext
+    (Spark Connect), where the task carries them itself."""
+    if not storage_options:
+        return None
+    try:
+        return spark.sparkContext.broadcast(dict(storage_options))
+    except Exception:  # Spark Connect has no SparkContext
+        return None
+
+
+def options_value(shipped) -> dict[str, str] | None:
+    """On an executor: the storage options from a broadcast (or as given)."""
+    options = getattr(shipped, "value", shipped)
+    return dict(options) if options else None
+
+
+def task_frame(spark, tasks: Sequence[str]):
+    """A DataFrame with one task description per Spark partition (the JSON strings ``tasks``)."""
+    rows = [(t,) for t in tasks]
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: round-robin of one local partition spreads them one per slot
+        return spark.createDataFrame(rows, TASK_SCHEMA).repartition(len(rows))
+    return spark.createDataFrame(sc.parallelize(rows, len(rows)), TASK_SCHEMA)
+
+
+def empty_frame(spark, struct):
+    """An empty DataFrame of ``struct`` with no partition (so no task runs)."""
+    try:
+        return spark.createDataFrame(spark.sparkContext.emptyRDD(), struct)
+    except Exception:  # Spark Connect has no SparkContext
+        return spark.createDataFrame([], struct)
+
+
+def info_to_json(info: PartitionInfo, **extra: Any) -> dict[str, Any]:
+    """What an executor needs to open one partition table at its published version."""
+    return {"object_id": info.object_id, "location": info.location, "spec_id": info.spec_id,
+            "read_version": info.read_version, "read_branch": info.read_branch, "read_tag": info.read_tag, **extra}
+
+
+def info_from_json(d: Mapping[str, Any]) -> PartitionInfo:
+    return PartitionInfo(object_id=d["object_id"], location=d["location"], spec_id=d["spec_id"], values={},
+                         read_version=d["read_version"], read_branch=d["read_branch"], read_tag=d["read_tag"])
+
+
+def output_schema(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
+    """``schema`` projected on ``columns`` (all when None); :class:`InvalidArgumentError` naming an
+    unknown or repeated column."""
+    if columns is None:
+        return schema
+    if isinstance(columns, str):
+        raise InvalidArgumentError(f"columns must be a list of column names, got the string {columns!r}")
+    cols = list(columns)
+    unknown = [c for c in cols if schema.get_field_index(c) < 0]
+    if unknown:
+        raise InvalidArgumentError(f"columns {unknown} are not in the namespace schema (columns: {schema.names})")
+    if len(set(cols)) != len(cols):
+        raise InvalidArgumentError(f"columns {cols} name a column twice")
+    return pa.schema([schema.field(c) for c in cols])
+
+
+# --------------------------------------------------------------------------- planning
+def _fragment_chunks(root: str, info: PartitionInfo, split_rows: int,
+                     so: Mapping[str, str] | None) -> list[list[int] | None]:
+    """Fragment id lists of at most ``split_rows`` rows each (a bigger fragment is a task of its
+    own), or ``[None]`` (the whole table in one task) when the table is not above ``split_rows``."""
+    from lancepart.read.snapshot import open_partition
+
+    frags = open_partition(root, info, so).get_fragments()
+    rows = [f.count_rows() for f in frags]
+    if sum(rows) <= split_rows:
+        return [None]
+    chunks: list[list[int]] = [[]]
+    size = 0
+    for f, n in zip(frags, rows, strict=True):
+        if chunks[-1] and size + n > split_rows:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(f.fragment_id)
+        size += n
+    return list(chunks)
+
+
+def plan_read(root: str, partitions: Sequence[PartitionInfo], split_rows: int | None = None,
+              storage_options: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Task descriptions: one per partition table, or per run of fragments of a table holding
+    more than ``split_rows`` rows (each table is opened at its published version to count them).
+
+    >>> plan_read("/r", [])
+    []
+    """
+    if split_rows is None:
+        return [info_to_json(p, fragments=None) for p in partitions]
+    if split_rows < 1:
+        raise InvalidArgumentError(f"split_rows must be a positive number of rows, got {split_rows!r}")
+    chunked = map_threads(lambda p: _fragment_chunks(root, p, split_rows, storage_options), partitions)
+    return [info_to_json(p, fragments=c) for p, chunks in zip(partitions, chunked, strict=True) for c in chunks]
+
+
+# --------------------------------------------------------------------------- executors
+SCAN_BATCH_ROWS = 65_536
+
+
+def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: str | None,
+                 scan_filter: str | None, columns: Sequence[str] | None,
+                 so: Mapping[str, str] | None) -> Iterator[pa.RecordBatch]:
+    """The published rows of one task's table (or fragments) matching ``filter``, projected to
+    ``columns``: exactly what :func:`lancepart.read.snapshot.scan` returns for that table, as a
+    stream. ``scan_filter`` (the inclusive form of ``filter``) and the columns the filter needs
+    are pushed into the Lance scanner; the filter is then applied exactly, batch by batch."""
+    from lancepart.read.prune import filter_columns
+    from lancepart.read.snapshot import apply_filter, open_partition
+
+    cols = list(columns) if columns is not None else list(schema.names)
+    needed = set(cols) | set(filter_columns(filter, schema))
+    read_schema = pa.schema([f for f in schema if f.name in needed]) if filter else output_schema(schema, cols)
+    ds = open_partition(root, info_from_json(task), so)
+    frags = task.get("fragments")
+    fragments = [ds.get_fragment(i) for i in frags] if frags is not None else None
+    reader = None
+    if scan_filter is not None:
+        try:
+            reader = ds.scanner(columns=read_schema.names, filter=scan_filter, fragments=fragments,
+                                batch_size=SCAN_BATCH_ROWS).to_reader()
+        except ValueError as e:  # Lance's planner refused it; the exact filter below still applies
+            log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
+    if reader is None:
+        reader = ds.scanner(columns=read_schema.names, fragments=fragments, batch_size=SCAN_BATCH_ROWS).to_reader()
+    for batch in reader:
+        if not batch.num_rows:
+            continue
+        table = pa.Table.from_batches([batch]).select(read_schema.names).cast(read_schema)
+        if filter:
+            table = apply_filter(table, filter)
+        yield from table.select(cols).to_batches()
+
+
+def _read_task(root: str, schema_bytes: bytes, filter: str | None, scan_filter: str | None,
+               columns: list[str] | None, target_bytes: bytes,
+               shipped) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The executor function: task descriptions in, the tables' Arrow batches out."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+        target = pa.ipc.read_schema(pa.py_buffer(target_bytes))
+        so = options_value(shipped)
+        for batch in batches:
+            for task in batch.column(0).to_pylist():
+                for b in scan_batches(root, json.loads(task), schema, filter, scan_filter, columns, so):
+                    if b.num_rows:
+                        yield conform(b, target)
+
+    return run
+
+
+def pruned(ns: PartitionedNamespace, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:
+    """``(kept partition tables, filter, scan_filter)`` for ``filter`` on ``ns``, as
+    :meth:`PartitionedNamespace.to_table` prunes (a blank filter is no filter)."""
+    if filter is not None and not filter.strip():
+        filter = None
+    if filter is None:
+        return ns.partitions(), None, None
+    from lancepart.read.prune import prune
+
+    return ns.partitions(filter), filter, prune(filter, ns.schema, ns.specs, ns.snapshot().rows).scan_filter
+
+
+# --------------------------------------------------------------------------- entry point
+def read(
+    spark,
+    root: str,
+    filter: str | None = None,
+    columns: Sequence[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    split_rows: int | None = None,
+):
+    """The published snapshot of the namespace at ``root`` as a Spark DataFrame.
+
+    ``filter`` (SQL over source columns, as DataFusion parses it) prunes partition tables
+    through ``__manifest`` on the driver; on the executors its inclusive form is pushed into
+    every Lance scan and the filter itself is applied exactly (DataFusion semantics), so the
+    rows are those of :meth:`PartitionedNamespace.to_table`. ``columns`` projects. One Spark
+    task per kept partition table, each read at its ``read_version`` / ``read_branch`` /
+    ``read_tag``; with ``split_rows``, a table holding more rows is read by several tasks of
+    whole fragments. Storage options reach the executors as a broadcast.
+
+    >>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'", columns=["id", "amount"])
+    """
+    ns = PartitionedNamespace.open(root, storage_options=storage_options)
+    out = output_schema(ns.schema, columns)
+    struct = spark_schema(out)
+    parts, filter, scan_filter = pruned(ns, filter)
+    so = ns.storage_options
+    tasks = plan_read(ns.root, parts, split_rows, so)
+    log.info("read %s: %d partition tables kept, %d tasks", ns.root, len(parts), len(tasks))
+    if not tasks:
+        return empty_frame(spark, struct)
+    target = arrow_schema_for(spark, struct)
+    shipped = broadcast_options(spark, so)
+    fn = _read_task(ns.root, ns.schema.serialize().to_pybytes(), filter, scan_filter, out.names,
+                    target.serialize().to_pybytes(), shipped if shipped is not None else so)
+    return task_frame(spark, [json.dumps(t) for t in tasks]).mapInArrow(fn, struct)
