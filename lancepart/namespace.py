@@ -10,6 +10,7 @@ import json
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -31,7 +32,7 @@ from lancepart.manifest import (
     normalize_root,
     rows_from_records,
 )
-from lancepart.results import CommitResult, PartitionInfo
+from lancepart.results import CleanupStats, CommitResult, PartitionInfo
 from lancepart.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
 
 SCHEMA_KEY = "schema"
@@ -350,6 +351,21 @@ class PartitionedNamespace:
             value = rows.column(f.column_name)[i] if f.column_name in rows.column_names else None
             props[f"partition.{f.field_id}"] = _display(value, f.result_type)
         return props
+
+    def cleanup(self, older_than: timedelta = timedelta(days=7), dry_run: bool = False, **options: Any
+                ) -> CleanupStats:
+        """Remove table and ``__manifest`` versions superseded more than ``older_than`` ago, files
+        no version references and unreferenced partition table directories older than that;
+        never what a ``read_version``, ``read_tag`` or ``read_branch`` pins
+        (:mod:`lancepart.maintenance.cleanup`). ``dry_run=True`` only reports what would go.
+
+        >>> # ns.cleanup(timedelta(days=7), dry_run=True).bytes_removed
+        """
+        from lancepart.maintenance.cleanup import cleanup
+
+        stats = cleanup(self.root, older_than, dry_run=dry_run, storage_options=self.storage_options, **options)
+        self.refresh()
+        return stats
 
     def __repr__(self) -> str:
         return (f"PartitionedNamespace({self.root!r}, specs={sorted(self._specs)}, "

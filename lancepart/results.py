@@ -42,13 +42,27 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class CleanupStats:
-    """What a cleanup removed (or would remove, in a dry run)."""
+    """What a cleanup removed (or would remove, in a dry run).
+
+    ``versions_removed`` counts table and ``__manifest`` versions; ``files_removed`` every file
+    deleted (version manifests, data, deletion, index and transaction files, the files of
+    unreferenced directories) and ``bytes_removed`` their size; ``tables_scanned`` the partition
+    tables examined. ``removed`` names what went: ``<location>@v<N>`` for a version,
+    ``<location>/<path>`` for a file no version referenced, ``<directory>/`` for an unreferenced
+    table directory. ``errors`` names what could not be examined or removed (the rest went on).
+    """
 
     versions_removed: int = 0
     files_removed: int = 0
     bytes_removed: int = 0
     tables_scanned: int = 0
     dry_run: bool = False
+    manifest_versions_removed: int = 0
+    orphan_files_removed: int = 0
+    orphan_dirs_removed: int = 0
+    removed: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
