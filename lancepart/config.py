@@ -53,6 +53,43 @@ class SourceConfig:
 
 
 @dataclass(frozen=True)
+class CompactConfig:
+    """The ``compact:`` section (jobs/compact.py): which partitions, and the fragment size to aim for."""
+
+    filter: str | None = None
+    target_rows_per_fragment: int = 1_048_576
+    min_small_fragments: int = 2
+    materialize_deletions_threshold: float = 0.1
+    tables_per_task: int | None = None  # Spark tasks each rewrite this many tables; None: ~4 tasks per core
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CompactConfig:
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ConfigError("compact must be a mapping of filter, target_rows_per_fragment, min_small_fragments, "
+                              "materialize_deletions_threshold, tables_per_task")
+        known = {"filter", "target_rows_per_fragment", "min_small_fragments", "materialize_deletions_threshold",
+                 "tables_per_task"}
+        if unknown := sorted(set(data) - known):
+            raise ConfigError(f"unknown compact config keys: {unknown} (known: {sorted(known)})")
+        out: dict[str, Any] = {}
+        for key, kind in (("target_rows_per_fragment", int), ("min_small_fragments", int),
+                          ("materialize_deletions_threshold", float), ("tables_per_task", int)):
+            if data.get(key) is not None:
+                value = data[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or kind(value) != value \
+                        or value <= 0:
+                    raise ConfigError(f"compact.{key} must be a positive {kind.__name__}, got {value!r}")
+                out[key] = kind(value)
+        if data.get("filter") is not None:
+            if not isinstance(data["filter"], str):
+                raise ConfigError(f"compact.filter must be a SQL string, got {data['filter']!r}")
+            out["filter"] = data["filter"]
+        return cls(**out)
+
+
+@dataclass(frozen=True)
 class JobConfig:
     namespace: NamespaceConfig
     source: SourceConfig = field(default_factory=SourceConfig)
@@ -60,6 +97,7 @@ class JobConfig:
     batch_id: str | None = None
     expectations: list[dict[str, Any]] = field(default_factory=list)
     spark: dict[str, Any] = field(default_factory=dict)
+    compact: CompactConfig = field(default_factory=CompactConfig)
 
     @classmethod
     def load(cls, path: str | Path) -> JobConfig:
@@ -74,7 +112,7 @@ class JobConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None) -> JobConfig:
-        known = {"namespace", "source", "mode", "batch_id", "expectations", "spark"}
+        known = {"namespace", "source", "mode", "batch_id", "expectations", "spark", "compact"}
         if unknown := sorted(set(data) - known):
             raise ConfigError(f"unknown top-level config keys: {unknown} (known: {sorted(known)})")
         ns = data.get("namespace")
@@ -104,4 +142,5 @@ class JobConfig:
             batch_id=data.get("batch_id"),
             expectations=list(data.get("expectations") or []),
             spark=dict(data.get("spark") or {}),
+            compact=CompactConfig.from_dict(data.get("compact")),
         )

@@ -66,3 +66,8 @@ class StorageUnavailableError(LancepartError, OSError):
     """The object store behind a root cannot be used: its bucket does not exist, its endpoint
     does not answer, or it refuses the credentials. The message names the root, the bucket or
     endpoint, and never a credential."""
+
+
+class FragmentsGoneError(LancepartError):
+    """Fragments a compaction rewrote are no longer in the partition table's published version
+    (an overwrite or another compaction replaced them); the message names the table."""

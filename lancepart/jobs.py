@@ -55,3 +55,19 @@ def run_ingest(cfg: JobConfig) -> dict[str, Any]:
         "mode": cfg.mode,
         **result.to_dict(),
     }
+
+
+def run_compact(cfg: JobConfig) -> dict[str, Any]:
+    """Compact the configured namespace's partition tables on Spark executors and publish them once."""
+    from lancepart.spark import compact
+    from lancepart.spark.session import get_session
+
+    spark = get_session(cfg.spark.get("app_name", "lancepart-compact"), cfg.spark.get("conf"))
+    nc, cc = cfg.namespace, cfg.compact
+    ns = PartitionedNamespace.open(nc.root, storage_options=nc.storage_options or None)  # never created here
+    log.info("compact %s (filter=%s, target_rows_per_fragment=%d)", ns.root, cc.filter, cc.target_rows_per_fragment)
+    result = compact(spark, ns.root, cc.filter, cc.target_rows_per_fragment,
+                     storage_options=nc.storage_options or None, min_small_fragments=cc.min_small_fragments,
+                     materialize_deletions_threshold=cc.materialize_deletions_threshold,
+                     tables_per_task=cc.tables_per_task)
+    return {"root": ns.root, "filter": cc.filter, **result.to_dict()}

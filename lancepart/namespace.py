@@ -324,6 +324,23 @@ class PartitionedNamespace:
                     storage_options=self.storage_options, scan_filter=result.scan_filter)
 
     # ------------------------------------------------------------------ maintenance
+    def compact(self, filter: str | None = None, target_rows_per_fragment: int = 1_048_576,
+                **options: Any) -> CommitResult:
+        """Rewrite the small fragments (and materialise the deleted rows) of the partition tables
+        ``filter`` selects, working on their published versions, and publish them in one
+        ``__manifest`` commit that is safe beside live writers. Tables pinned by ``read_tag`` /
+        ``read_branch`` are skipped. ``options``: ``min_small_fragments`` (2),
+        ``materialize_deletions_threshold`` (0.1), ``compact_manifest_table`` (True),
+        ``max_retries`` (20); see :func:`lancepart.maintenance.compact.compact`.
+
+        >>> # ns.compact("event_date < DATE '2025-12-01'").details["fragments_after"]
+        """
+        from lancepart.maintenance.compact import compact
+
+        result = compact(self, filter, target_rows_per_fragment, **options)
+        self.refresh()
+        return result
+
     def describe_namespace(self, id: Sequence[str]) -> dict[str, str]:
         """Runtime properties of a namespace (spec "Runtime Namespace Properties", Appendix E).
 

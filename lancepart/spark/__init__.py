@@ -6,11 +6,13 @@ partition tables with pylance on the executors.
 >>> from lancepart import spark as lps
 >>> # lps.write(df, "/data/events", mode="append", batch_id="2025-12-10")
 >>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'")
+>>> # lps.compact(spark, "/data/events", filter="event_date < DATE '2025-12-01'")
 """
 
 from lancepart.read.spj import Compatibility, JoinPlan, spj_compatibility
+from lancepart.spark.compact import compact
 from lancepart.spark.join import explain_join, join
 from lancepart.spark.read import read
 from lancepart.spark.write import write
 
-__all__ = ["Compatibility", "JoinPlan", "explain_join", "join", "read", "spj_compatibility", "write"]
+__all__ = ["Compatibility", "JoinPlan", "compact", "explain_join", "join", "read", "spj_compatibility", "write"]

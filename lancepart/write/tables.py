@@ -2,7 +2,8 @@
 
 DESIGN-NOTES §8 hazard 2: versions beyond ``read_version`` belong to jobs that died or
 have not published yet. A commit therefore produces a version whose fragments are
-exactly ``published ∪ ours`` (append) or ``ours`` (overwrite). Each round:
+exactly ``published ∪ ours`` (append), ``ours`` (overwrite) or ``(published − removed) ∪ ours``
+(a compaction's rewrite). Each round:
 
 1. if a published fragment is missing from the latest version, or carries a deletion
    file the published version does not (a writer with an older base removed it, or an
@@ -23,7 +24,7 @@ import lance
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
-from lancepart.errors import CommitConflictError
+from lancepart.errors import CommitConflictError, FragmentsGoneError
 from lancepart.manifest import commit_lock, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
@@ -46,11 +47,23 @@ def commit_table(
     fragments: Sequence[FragmentMetadata],
     *,
     overwrite: bool = False,
+    remove: Sequence[FragmentMetadata] = (),
     storage_options: Mapping[str, str] | None = None,
     max_attempts: int = 40,
 ) -> int:
     """Commit ``fragments`` to the table at ``location`` on top of ``base_version``; return
-    the new version, whose fragments are exactly the base's (unless ``overwrite``) plus ours."""
+    the new version, whose fragments are exactly the base's (unless ``overwrite``) minus
+    ``remove`` plus ours.
+
+    ``remove`` (fragments of ``base_version``, as its manifest describes them) is what a
+    compaction rewrote into ``fragments``; :class:`FragmentsGoneError` if one of them is not in
+    ``base_version`` (an overwrite or another rewrite replaced it; committing would lose or
+    double rows).
+
+    >>> # commit_table(root, "3f9a0c1e_v1$...$dataset", 4, new_fragments)   # -> 5
+    """
+    if overwrite and remove:
+        raise ValueError("commit_table: overwrite replaces every fragment; 'remove' makes no sense with it")
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
     lock = commit_lock(uri, so)  # None unless the store needs one (docs/object-storage.md)
@@ -58,8 +71,13 @@ def commit_table(
     if not overwrite:
         published = lance.dataset(uri, version=base_version, storage_options=so)
         base = {_ident(f.metadata) for f in published.get_fragments()}
+    removed = {_ident(f) for f in remove}
+    if gone := removed - base:
+        raise FragmentsGoneError(
+            f"partition table {location}: {len(gone)} fragment(s) to replace are not in version {base_version} "
+            f"(e.g. {sorted(next(iter(gone))[0])}); nothing committed")
     mine = {_ident(f) for f in fragments}
-    wanted = base | mine
+    wanted = (base - removed) | mine
     for attempt in range(max_attempts):
         latest = lance.dataset(uri, storage_options=so)
         have = {_ident(f.metadata): f.fragment_id for f in latest.get_fragments()}

@@ -1,0 +1,449 @@
+"""Compaction of partition tables, published in ONE ``__manifest`` commit (spec "Transaction /
+Commit Behavior"; DESIGN-NOTES §8; README "How commits stay atomic").
+
+Three phases, engine-agnostic (Spark runs the middle one on executors, :mod:`lancepart.spark.compact`):
+
+1. **plan** (driver): the partition tables ``ns.partitions(filter)`` keeps (pruned through
+   ``__manifest``), minus those pinned by ``read_tag`` / ``read_branch``. Each is opened at its
+   *published* ``read_version``; one that holds at least ``min_small_fragments`` fragments
+   under ``target_rows_per_fragment`` rows, or a fragment whose deleted rows reach
+   ``materialize_deletions_threshold``, gets a Lance compaction plan
+   (:meth:`lance.optimize.Compaction.plan`) made on that version;
+2. **rewrite** (anywhere): the plan's tasks run against the table checked out at
+   ``read_version`` and write new fragments (deleted rows materialised). Nothing is committed,
+   so a rewrite that dies leaves only unreferenced files;
+3. **commit + publish** (driver): each table gets one new version whose fragments are exactly
+   ``(published − rewritten) ∪ new`` (:func:`lancepart.write.tables.commit_table`), and one
+   ``__manifest`` commit moves all their ``read_version``. Versions beyond ``read_version``
+   (fragments of a live or dead writer) are never published by a compaction.
+
+Safe beside live writers: when a table's ``read_version`` moved during the compaction (a
+writer published an append), the commit is redone on top of the new published version if
+every rewritten fragment is still in it; if not (an overwrite or another compaction replaced
+them), the table is dropped from this compaction and reported. A writer whose table commit
+predates the compaction's publish notices at its own publish and re-applies its fragments on
+top of the compacted version (:mod:`lancepart.write.publish`).
+
+Finally ``__manifest`` itself: every lancepart commit rewrites it as one fragment, so it is
+compacted only when it holds several (a foreign writer appended to it), and its indexes are
+brought up to date (``optimize_indices``), because each commit leaves its new rows unindexed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import lance
+import pyarrow as pa
+from lance.fragment import FragmentMetadata
+from lance.optimize import Compaction, CompactionOptions, CompactionTask
+
+from lancepart.errors import FragmentsGoneError, InvalidArgumentError, LancepartError
+from lancepart.ids import check_location
+from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
+from lancepart.parallel import map_threads
+from lancepart.read.snapshot import open_partition
+from lancepart.results import CommitResult, PartitionInfo
+from lancepart.write import faults
+from lancepart.write.tables import commit_table
+
+if TYPE_CHECKING:
+    from lancepart.namespace import PartitionedNamespace
+
+log = logging.getLogger("lancepart.maintenance")
+
+DEFAULT_TARGET_ROWS = 1_048_576
+DEFAULT_MIN_SMALL_FRAGMENTS = 2
+DEFAULT_DELETIONS_THRESHOLD = 0.1
+
+
+# --------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class FragmentStats:
+    """The fragments of one table version, summed up."""
+
+    fragments: int = 0
+    small: int = 0  # fragments with fewer live rows than the target
+    deletion_heavy: int = 0  # fragments whose deleted share reaches the threshold
+    rows: int = 0  # live rows
+    deleted_rows: int = 0
+    bytes: int = 0  # data files
+
+    @classmethod
+    def of(cls, frags: Sequence[FragmentMetadata], target_rows: int = DEFAULT_TARGET_ROWS,
+           deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD) -> FragmentStats:
+        physical = [f.physical_rows or 0 for f in frags]
+        deleted = [f.num_deletions or 0 for f in frags]
+        return cls(
+            fragments=len(frags),
+            small=sum(p - d < target_rows for p, d in zip(physical, deleted, strict=True)),
+            deletion_heavy=sum(d > 0 and d >= deletions_threshold * p for p, d in zip(physical, deleted, strict=True)),
+            rows=sum(physical) - sum(deleted),
+            deleted_rows=sum(deleted),
+            bytes=sum(df.file_size_bytes or 0 for f in frags for df in f.files),
+        )
+
+    def __add__(self, other: FragmentStats) -> FragmentStats:
+        return FragmentStats(*(a + b for a, b in zip(asdict(self).values(), asdict(other).values(), strict=True)))
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The Lance compaction tasks of one partition table, all made on its published ``read_version``."""
+
+    object_id: str
+    location: str
+    read_version: int
+    tasks: list[str]  # lance.optimize.CompactionTask JSON
+    before: FragmentStats = field(default_factory=FragmentStats)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "before": asdict(self.before)})
+
+    @classmethod
+    def from_json(cls, text: str) -> TablePlan:
+        d = json.loads(text)
+        return cls(**{**d, "before": FragmentStats(**d["before"])})
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """What a compaction will rewrite, decided on one ``__manifest`` snapshot."""
+
+    manifest_version: int
+    tables: list[TablePlan]  # tables to rewrite
+    examined: FragmentStats  # every selected, unpinned table at its read_version
+    tables_examined: int
+    tables_already_compact: int
+    tables_skipped: list[dict[str, str]]  # {"object_id", "reason"}: pinned or unpublished tables
+    target_rows_per_fragment: int
+
+
+@dataclass
+class TableRewrite:
+    """What a rewrite produced for one table: the fragments it replaces and the new ones."""
+
+    object_id: str
+    location: str
+    read_version: int
+    removed: list[FragmentMetadata]
+    added: list[FragmentMetadata]
+    rows: int
+    before: FragmentStats = field(default_factory=FragmentStats)
+
+    def to_json(self) -> str:
+        return json.dumps({"object_id": self.object_id, "location": self.location,
+                           "read_version": self.read_version, "rows": self.rows, "before": asdict(self.before),
+                           "removed": [f.to_json() for f in self.removed], "added": [f.to_json() for f in self.added]})
+
+    @classmethod
+    def from_json(cls, text: str) -> TableRewrite:
+        d = json.loads(text)
+        frags = {k: [FragmentMetadata.from_json(json.dumps(f)) for f in d[k]] for k in ("removed", "added")}
+        return cls(d["object_id"], d["location"], d["read_version"], frags["removed"], frags["added"], d["rows"],
+                   FragmentStats(**d["before"]))
+
+
+# --------------------------------------------------------------------------- phase 1: plan
+def check_options(target_rows_per_fragment: int, min_small_fragments: int, materialize_deletions_threshold: float
+                  ) -> None:
+    if not isinstance(target_rows_per_fragment, int) or target_rows_per_fragment < 1:
+        raise InvalidArgumentError(f"target_rows_per_fragment must be a positive integer, "
+                                   f"got {target_rows_per_fragment!r}")
+    if not isinstance(min_small_fragments, int) or min_small_fragments < 2:
+        raise InvalidArgumentError(f"min_small_fragments must be an integer >= 2 (one small fragment has nothing "
+                                   f"to merge with), got {min_small_fragments!r}")
+    if not 0 < materialize_deletions_threshold <= 1:
+        raise InvalidArgumentError(f"materialize_deletions_threshold must be in (0, 1], "
+                                   f"got {materialize_deletions_threshold!r}")
+
+
+def _skip_reason(p: PartitionInfo) -> str | None:
+    if p.read_tag is not None:
+        return f"pinned to read_tag {p.read_tag!r}"
+    if p.read_branch is not None:
+        return f"pinned to read_branch {p.read_branch!r}"
+    if p.read_version is None:
+        return "read_version is NULL (reads follow the latest version; nothing is published to compact)"
+    return None
+
+
+def plan_compaction(
+    ns: PartitionedNamespace,
+    filter: str | None = None,
+    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+    *,
+    min_small_fragments: int = DEFAULT_MIN_SMALL_FRAGMENTS,
+    materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
+) -> CompactionPlan:
+    """Decide which partition tables to rewrite, on the namespace's current snapshot.
+
+    >>> # plan_compaction(ns, "event_date < DATE '2025-12-01'").tables
+    """
+    check_options(target_rows_per_fragment, min_small_fragments, materialize_deletions_threshold)
+    parts = ns.partitions(filter)
+    skipped = [{"object_id": p.object_id, "reason": r} for p in parts if (r := _skip_reason(p)) is not None]
+    candidates = [p for p in parts if _skip_reason(p) is None]
+    options = CompactionOptions(target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True,
+                                materialize_deletions_threshold=materialize_deletions_threshold)
+
+    def plan_one(p: PartitionInfo) -> tuple[TablePlan | None, FragmentStats]:
+        ds = open_partition(ns.root, p, ns.storage_options)  # the published version, never the latest
+        stats = FragmentStats.of([f.metadata for f in ds.get_fragments()], target_rows_per_fragment,
+                                 materialize_deletions_threshold)
+        if stats.small < min_small_fragments and not stats.deletion_heavy:
+            return None, stats
+        plan = Compaction.plan(ds, options)
+        if plan.num_tasks() == 0:  # e.g. small fragments that are not adjacent
+            return None, stats
+        return TablePlan(p.object_id, p.location, p.read_version, [t.json() for t in plan.tasks], stats), stats
+
+    results = map_threads(plan_one, candidates)
+    tables = [t for t, _ in results if t is not None]
+    examined = sum((s for _, s in results), FragmentStats())
+    return CompactionPlan(
+        manifest_version=ns.manifest_version,
+        tables=tables,
+        examined=examined,
+        tables_examined=len(candidates),
+        tables_already_compact=len(candidates) - len(tables),
+        tables_skipped=skipped,
+        target_rows_per_fragment=target_rows_per_fragment,
+    )
+
+
+# --------------------------------------------------------------------------- phase 2: rewrite
+def rewrite_table(root: str, plan: TablePlan, storage_options: Mapping[str, str] | None = None) -> TableRewrite:
+    """Run one table's compaction tasks on its published version and return the fragments they
+    replace and write. Commits nothing (runs on executors too).
+
+    >>> # rewrite_table(ns.root, plan.tables[0]).added
+    """
+    so = dict(storage_options) if storage_options else None
+    uri = join_uri(root, check_location(plan.location, plan.object_id, root))
+    ds = lance.dataset(uri, version=plan.read_version, storage_options=so)
+    removed: list[FragmentMetadata] = []
+    added: list[FragmentMetadata] = []
+    for text in plan.tasks:
+        task = CompactionTask.from_json(text)
+        if task.read_version != plan.read_version:
+            raise LancepartError(f"partition table {plan.object_id}: compaction task made on version "
+                                 f"{task.read_version}, expected the published {plan.read_version}")
+        result = task.execute(ds)
+        removed.extend(result.original_fragments)
+        added.extend(result.new_fragments)
+    faults.checkpoint("after_fragments")
+    live_before = FragmentStats.of(removed).rows
+    rows = sum(f.physical_rows or 0 for f in added)
+    if rows != live_before:  # never commit a rewrite that lost or invented rows
+        raise LancepartError(f"partition table {plan.object_id} ({uri}): compaction wrote {rows} rows for "
+                             f"{live_before} live rows of version {plan.read_version}; nothing committed")
+    return TableRewrite(plan.object_id, plan.location, plan.read_version, removed, added, rows, plan.before)
+
+
+# --------------------------------------------------------------------------- phase 3: commit + publish
+@dataclass
+class Published:
+    snapshot: ManifestSnapshot
+    committed: bool  # a __manifest commit landed
+    tables: dict[str, tuple[int, FragmentStats]]  # object_id -> (published version, stats of its base version)
+    dropped: dict[str, str]  # object_id -> why it was left out
+    rebased: set[str]
+    retries: int
+
+
+def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, max_retries: int = 20) -> Published:
+    """Commit every rewritten table on top of its published version and move all their
+    ``read_version`` in ONE ``__manifest`` commit (rebasing over concurrent publishes)."""
+    by_oid = {r.object_id: r for r in rewrites if r.removed}
+    if len(by_oid) != len([r for r in rewrites if r.removed]):
+        raise ValueError("one TableRewrite per partition table expected")
+    done: dict[str, tuple[int, int, FragmentStats]] = {}  # object_id -> (base read_version, our version, base stats)
+    dropped: dict[str, str] = {}
+    rebased: set[str] = set()
+
+    def commit_one(item: tuple[str, int]) -> tuple[int, FragmentStats] | str:
+        oid, published = item
+        rw = by_oid[oid]
+        base = rw.before
+        if published != rw.read_version:  # a writer published since the plan: rebase onto its version
+            rebased.add(oid)
+            ds = lance.dataset(join_uri(manifest.root, rw.location), version=published,
+                               storage_options=manifest.storage_options)
+            base = FragmentStats.of([f.metadata for f in ds.get_fragments()])
+        try:
+            version = commit_table(manifest.root, rw.location, published, rw.added, remove=rw.removed,
+                                   storage_options=manifest.storage_options)
+        except FragmentsGoneError:
+            return (f"read_version moved from {rw.read_version} to {published} and the rewritten fragments "
+                    f"are no longer in it (overwritten or compacted by someone else)")
+        if version <= published:
+            raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
+        faults.checkpoint("after_table_commit")
+        return version, base
+
+    def mutate(snap: ManifestSnapshot):
+        index = snap.row_index()
+        read_version = snap.rows.column("read_version").to_pylist()
+        branch = snap.rows.column("read_branch").to_pylist()
+        tag = snap.rows.column("read_tag").to_pylist()
+        todo = []
+        for oid in by_oid:
+            if oid in dropped:
+                continue  # rewritten fragments never come back into a published version
+            i = index.get(oid)
+            reason = ("vanished from __manifest" if i is None else
+                      f"pinned to read_branch={branch[i]!r} read_tag={tag[i]!r} during compaction"
+                      if branch[i] is not None or tag[i] is not None else
+                      "read_version became NULL during compaction" if read_version[i] is None else None)
+            if reason is not None:
+                dropped[oid] = reason
+            elif oid not in done or done[oid][0] != read_version[i]:
+                todo.append((oid, read_version[i]))
+        for (oid, published), out in zip(todo, map_threads(commit_one, todo), strict=True):
+            if isinstance(out, str):
+                dropped[oid] = out
+            else:
+                done[oid] = (published, *out)
+        live = [oid for oid in by_oid if oid not in dropped]
+        faults.checkpoint("after_table_commits")
+        if not live:
+            return None, False
+        for oid in live:
+            read_version[index[oid]] = done[oid][1]
+        j = snap.rows.schema.get_field_index("read_version")
+        rows = snap.rows.set_column(j, snap.rows.schema.field(j), pa.array(read_version, pa.uint64()))
+        faults.checkpoint("before_manifest_commit")
+        return rows, True
+
+    if not by_oid:
+        return Published(manifest.snapshot(), False, {}, {}, set(), 0)
+    snap, committed, retries = manifest.update(mutate, max_retries=max_retries, what="compaction publish")
+    if committed:
+        faults.checkpoint("after_manifest_commit")
+    tables = {oid: (done[oid][1], done[oid][2]) for oid in by_oid if oid not in dropped} if committed else {}
+    return Published(snap, bool(committed), tables, dict(dropped), rebased & set(tables), retries)
+
+
+# --------------------------------------------------------------------------- __manifest itself
+def compact_manifest(manifest: Manifest, target_rows_per_fragment: int = DEFAULT_TARGET_ROWS) -> dict[str, Any]:
+    """Compact ``__manifest`` if it holds more than one fragment, then bring its indexes up to
+    date. Both commits leave its rows as they are, so they neither conflict with nor undo a
+    concurrent lancepart commit (which rewrites every row anyway)."""
+    ds = manifest.dataset()
+    out: dict[str, Any] = {"fragments_before": len(ds.get_fragments()), "commits": 0}
+    if out["fragments_before"] > 1:
+        try:
+            ds.optimize.compact_files(target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True)
+            out["commits"] += 1
+        except (lance.commit.CommitConflictError, OSError, ValueError) as e:  # a writer replaced those fragments
+            out["compact_files"] = f"skipped: {type(e).__name__}"
+        ds = manifest.dataset()
+    out["fragments_after"] = len(ds.get_fragments())
+
+    def unindexed(ds: lance.LanceDataset) -> int:
+        return max((ds.stats.index_stats(i.name)["num_unindexed_rows"] for i in ds.describe_indices()), default=0)
+
+    out["unindexed_rows_before"] = unindexed(ds)
+    if out["unindexed_rows_before"]:
+        ds.optimize.optimize_indices()
+        out["commits"] += 1
+    missing = len(manifest.dataset().describe_indices())
+    manifest.ensure_indexes()
+    ds = manifest.dataset()
+    out["commits"] += len(ds.describe_indices()) - missing
+    out["unindexed_rows_after"] = unindexed(ds)
+    out["version"] = ds.version
+    return out
+
+
+# --------------------------------------------------------------------------- the whole operation
+def finish_compaction(
+    manifest: Manifest,
+    plan: CompactionPlan,
+    rewrites: Sequence[TableRewrite],
+    *,
+    started: float,
+    phases: dict[str, Any],
+    max_retries: int = 20,
+    compact_manifest_table: bool = True,
+) -> CommitResult:
+    """Phase 3 and the ``__manifest`` maintenance; the :class:`CommitResult` of the compaction."""
+    t = time.monotonic()
+    pub = publish_compaction(manifest, rewrites, max_retries=max_retries)
+    phases["publish_s"] = round(time.monotonic() - t, 3)
+    before = plan.examined
+    rewritten = {r.object_id: r for r in rewrites}
+    # the published tables after: their (possibly rebased) base minus what was rewritten plus the new fragments
+    fragments_after, bytes_after = before.fragments, before.bytes
+    for oid, (_, base) in pub.tables.items():
+        rw = rewritten[oid]
+        removed, added = FragmentStats.of(rw.removed), FragmentStats.of(rw.added)
+        fragments_after += base.fragments - rw.before.fragments - removed.fragments + added.fragments
+        bytes_after += base.bytes - rw.before.bytes - removed.bytes + added.bytes
+    details: dict[str, Any] = {
+        "tables_examined": plan.tables_examined,
+        "tables_already_compact": plan.tables_already_compact,
+        "tables_planned": len(plan.tables),
+        "tables_skipped": plan.tables_skipped,
+        "tables_dropped_on_conflict": [{"object_id": o, "reason": r} for o, r in sorted(pub.dropped.items())],
+        "tables_rebased": len(pub.rebased),
+        "fragments_before": before.fragments,
+        "fragments_after": fragments_after,
+        "bytes_before": before.bytes,
+        "bytes_after": bytes_after,
+        "deleted_rows_materialized": sum(FragmentStats.of(rewritten[o].removed).deleted_rows for o in pub.tables),
+        "published_version": pub.snapshot.version if pub.committed else None,
+        "target_rows_per_fragment": plan.target_rows_per_fragment,
+    }
+    version = pub.snapshot.version
+    if compact_manifest_table:
+        t = time.monotonic()
+        details["manifest"] = compact_manifest(manifest, plan.target_rows_per_fragment)
+        phases["manifest_s"] = round(time.monotonic() - t, 3)
+        version = details["manifest"]["version"]
+    details.update(phases)
+    result = CommitResult(
+        manifest_version=version,
+        rows_written=sum(rewritten[o].rows for o in pub.tables),
+        partitions_touched=len(pub.tables),
+        retries=pub.retries,
+        seconds=round(time.monotonic() - started, 3),
+        details=details,
+    )
+    log.info("compacted %s", json.dumps(result.to_dict(), default=str))
+    return result
+
+
+def compact(
+    ns: PartitionedNamespace,
+    filter: str | None = None,
+    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+    *,
+    min_small_fragments: int = DEFAULT_MIN_SMALL_FRAGMENTS,
+    materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
+    compact_manifest_table: bool = True,
+    max_retries: int = 20,
+) -> CommitResult:
+    """Compact the partition tables ``filter`` selects, in-process, and publish them in one
+    ``__manifest`` commit; ``partitions_touched`` is the number of tables compacted and
+    ``rows_written`` the rows rewritten. Nothing to do: no ``__manifest`` commit at all.
+
+    >>> # compact(ns, "event_date < DATE '2025-12-01'").details["fragments_after"]
+    """
+    started = time.monotonic()
+    ns.refresh()
+    plan = plan_compaction(ns, filter, target_rows_per_fragment, min_small_fragments=min_small_fragments,
+                           materialize_deletions_threshold=materialize_deletions_threshold)
+    phases: dict[str, Any] = {"plan_s": round(time.monotonic() - started, 3)}
+    t = time.monotonic()
+    # one table per thread; Lance runs each rewrite in Rust without the GIL
+    rewrites = map_threads(lambda tp: rewrite_table(ns.root, tp, ns.storage_options), plan.tables)
+    phases["rewrite_s"] = round(time.monotonic() - t, 3)
+    return finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,
+                             compact_manifest_table=compact_manifest_table)

@@ -1,0 +1,102 @@
+"""Spark front end of compaction (:mod:`lancepart.maintenance.compact`).
+
+The driver plans on the published versions, every partition table's rewrite runs as one
+Spark task (Lance compaction tasks executed on the table checked out at its ``read_version``,
+fragment metadata JSON back to the driver), and the driver commits the tables and publishes
+them in ONE ``__manifest`` commit with the same engine-agnostic code as ``ns.compact``.
+A failed task publishes nothing; the files it wrote stay unreferenced until cleanup.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lancepart.errors import InvalidArgumentError
+from lancepart.maintenance.compact import (
+    DEFAULT_DELETIONS_THRESHOLD,
+    DEFAULT_MIN_SMALL_FRAGMENTS,
+    DEFAULT_TARGET_ROWS,
+    TablePlan,
+    TableRewrite,
+    finish_compaction,
+    plan_compaction,
+)
+from lancepart.namespace import PartitionedNamespace
+from lancepart.results import CommitResult
+from lancepart.spark.write import _task_error
+
+log = logging.getLogger("lancepart.spark")
+
+
+def _rewrite_task(root: str, storage_options: Any) -> Callable[[str], str]:
+    """The executor function: one table's plan JSON in, its rewrite (fragment metadata) JSON out."""
+
+    def run(plan_json: str) -> str:
+        from lancepart.maintenance.compact import rewrite_table
+
+        options = getattr(storage_options, "value", storage_options)  # a Broadcast of them, or as given
+        return rewrite_table(root, TablePlan.from_json(plan_json), options).to_json()
+
+    return run
+
+
+def compact(
+    spark,
+    root: str,
+    filter: str | None = None,
+    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    min_small_fragments: int = DEFAULT_MIN_SMALL_FRAGMENTS,
+    materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
+    compact_manifest_table: bool = True,
+    max_retries: int = 20,
+    tables_per_task: int | None = None,
+) -> CommitResult:
+    """Compact the partition tables of ``root`` that ``filter`` selects on the executors and
+    publish them in one ``__manifest`` commit (same result as ``ns.compact``).
+
+    Each Spark task rewrites ``tables_per_task`` tables (``1``: one task per table). The default
+    groups them into about four tasks per core (``spark.default.parallelism``): a task costs
+    tens of milliseconds of scheduling, which dominates when the tables are small
+    (benchmarks/compact.py: 512 small tables in 50 s with one task per table, 4 s grouped).
+
+    >>> # from lancepart import spark as lps; lps.compact(spark, "/data/events", target_rows_per_fragment=1 << 20)
+    """
+    started = time.monotonic()
+    if tables_per_task is not None and (not isinstance(tables_per_task, int) or tables_per_task < 1):
+        raise InvalidArgumentError(f"tables_per_task must be a positive integer, got {tables_per_task!r}")
+    ns = PartitionedNamespace.open(root, storage_options=storage_options)
+    plan = plan_compaction(ns, filter, target_rows_per_fragment, min_small_fragments=min_small_fragments,
+                           materialize_deletions_threshold=materialize_deletions_threshold)
+    phases: dict[str, Any] = {"plan_s": round(time.monotonic() - started, 3)}
+    t = time.monotonic()
+    rewrites: list[TableRewrite] = []
+    if plan.tables:
+        sc = spark.sparkContext
+        so = ns.storage_options
+        # credentials travel as a broadcast, never inside the pickled task function
+        shipped = sc.broadcast(dict(so)) if so else None
+        items = [tp.to_json() for tp in plan.tables]
+        if tables_per_task is None:
+            tables_per_task = max(1, -(-len(items) // (4 * sc.defaultParallelism)))
+        phases["spark_tasks"] = tasks = -(-len(items) // tables_per_task)
+        try:
+            out = sc.parallelize(items, tasks).map(_rewrite_task(ns.root, shipped)).collect()
+        except Exception as e:
+            typed = _task_error(e)
+            if typed is None:
+                raise
+            raise typed from e
+        finally:
+            if shipped is not None:
+                shipped.destroy()
+        rewrites = [TableRewrite.from_json(o) for o in out]
+    phases["rewrite_s"] = round(time.monotonic() - t, 3)
+    result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,
+                               compact_manifest_table=compact_manifest_table)
+    log.info("spark compaction of %s: %d tables", ns.root, result.partitions_touched)
+    return result
