@@ -1288,7 +1288,8 @@ def prune(
     spec_of = _spec_ids(rows.column("object_id").filter(is_table))
     known = {str(sid) for sid in specs}
     totals = _counts(spec_of)
-    has_unknown = any(key not in known for key in totals)
+    # "" is a table outside every v<N> namespace (a root-level table, e.g. a migrated V1 one): not a partition
+    has_unknown = any(key not in known and key != "" for key in totals)
 
     sql = _manifest_sql(predicates, [c for c in _SELECT_COLUMNS if c in columns], has_unknown)
     kept = _run(sql, rows)
@@ -1339,7 +1340,7 @@ def _manifest_sql(predicates: Mapping[int, _P], select: Sequence[str], has_unkno
         branches.append("(" + "\n      AND ".join(conds) + ")")
     if has_unknown:  # tables of a spec version we do not know: keep
         known = " OR ".join(f"object_id LIKE 'v{sid}$%'" for sid in predicates) or "FALSE"
-        branches.append(f"(NOT ({known}))")
+        branches.append(f"(object_id ~ '^v[0-9]+\\$' AND NOT ({known}))")
     head = f"SELECT {', '.join(select)}\nFROM {_MANIFEST}\nWHERE object_type = 'table'"
     if not branches:
         return head + "\n  AND FALSE"
