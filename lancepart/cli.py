@@ -1,21 +1,698 @@
-"""The ``lancepart`` command.
+"""The ``lancepart`` command: create, inspect, write and maintain partitioned namespaces.
 
-Exit codes: 0 success, 1 unexpected error, 2 a lancepart error (bad spec, missing
-namespace, conflict, ...; the message names what is wrong), 64 bad usage.
+    lancepart create ROOT --schema FILE|JSON --spec FILE|JSON    (or: create --config FILE [ROOT])
+    lancepart describe ROOT [--tables] [--no-sizes]
+    lancepart partitions ROOT [--filter SQL]
+    lancepart explain ROOT FILTER
+    lancepart ingest ROOT FILE... [--format F] [--mode append|overwrite] [--batch-id ID] [--chunk-rows N]
+    lancepart compact ROOT [--filter SQL] [--target-rows-per-fragment N]
+    lancepart cleanup ROOT [--older-than 7d] [--dry-run]
+    lancepart evolve ROOT --spec FILE|JSON
+    lancepart migrate ROOT [--dry-run]
+
+Every command takes ``--json`` (one JSON document on stdout, errors included),
+``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
+``$LANCEPART_STORAGE_OPTIONS``; values are never printed), ``--config FILE`` in place of
+ROOT (a job config's ``namespace.root`` and ``namespace.storage``) and ``-q`` (no progress
+on stderr). A summary goes to stdout, progress and errors to stderr.
+
+Exit codes, stable for scripts: 0 success (also a skipped, already published batch id);
+1 unexpected error; 2 a lancepart error (bad spec, schema or filter, missing namespace, ...;
+the message names what is wrong); 64 bad usage; 75 a commit kept conflicting with
+concurrent writers (CommitConflictError): nothing was published, run it again;
+130 interrupted.
+
+>>> # main(["--json", "describe", "/data/events"])
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import re
 import sys
-from typing import Any
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from lancepart.errors import LancepartError
+from lancepart.errors import (
+    CommitConflictError,
+    InvalidArgumentError,
+    LancepartError,
+    SchemaMismatchError,
+)
 
-EXIT_OK, EXIT_FAILED, EXIT_LANCEPART, EXIT_USAGE = 0, 1, 2, 64
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lancepart.namespace import PartitionedNamespace
+
+EXIT_OK, EXIT_FAILED, EXIT_LANCEPART, EXIT_USAGE, EXIT_RETRY, EXIT_INTERRUPTED = 0, 1, 2, 64, 75, 130
+STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
+FORMATS = ("parquet", "csv", "json", "ipc")
+_EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".json": "json",
+               ".jsonl": "json", ".ndjson": "json", ".arrow": "ipc", ".arrows": "ipc", ".ipc": "ipc",
+               ".feather": "ipc"}
+_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(w|d|h|m|s)")
+_UNITS = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 
 
+class UsageError(Exception):
+    """A command line that parses but cannot be run as given (exit code 64)."""
+
+
+# --------------------------------------------------------------------------- argument types
+def parse_duration(text: str) -> timedelta:
+    """``7d``, ``36h``, ``90m``, ``45s``, ``2w``, ``1d12h`` or ``0`` -> timedelta.
+
+    >>> parse_duration("1d12h")
+    datetime.timedelta(days=1, seconds=43200)
+    """
+    s = text.strip().lower()
+    if s == "0":
+        return timedelta(0)
+    if not s or _DURATION.sub("", s):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 7d, 36h, 90m, 45s, 2w or 1d12h")
+    total = timedelta(0)
+    for number, unit in _DURATION.findall(s):
+        total += timedelta(**{_UNITS[unit]: float(number)})
+    return total
+
+
+def format_duration(d: timedelta) -> str:
+    """The inverse of :func:`parse_duration` for whole seconds: ``timedelta(hours=36)`` -> ``1d12h``."""
+    rest, out = int(d.total_seconds()), ""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out or "0"
+
+
+def _positive_int(text: str, least: int = 1) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {least}")
+    return value
+
+
+# --------------------------------------------------------------------------- shared helpers
+def storage_options(args: argparse.Namespace, from_config: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """``$LANCEPART_STORAGE_OPTIONS`` (a JSON object), then the config's ``namespace.storage``,
+    then each ``--storage-option KEY=VALUE``; later ones win. Values are never echoed."""
+    merged: dict[str, str] = {}
+    env = os.environ.get(STORAGE_OPTIONS_ENV)
+    if env:
+        try:
+            obj = json.loads(env)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            raise UsageError(f"${STORAGE_OPTIONS_ENV} must be a JSON object of option names to values")
+        merged.update({str(k): str(v) for k, v in obj.items()})
+    merged.update(from_config or {})
+    for item in args.storage_option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError("--storage-option needs KEY=VALUE (the value is not shown here)")
+        merged[key.strip()] = value
+    return merged or None
+
+
+def _read_config_namespace(path: str) -> tuple[str, dict[str, str]]:
+    """``namespace.root`` and ``namespace.storage`` of a job config (other sections are the jobs' business)."""
+    import yaml
+
+    from lancepart.errors import ConfigError
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    ns = data.get("namespace") if isinstance(data, Mapping) else None
+    if not isinstance(ns, Mapping) or not ns.get("root"):
+        raise ConfigError(f"{p}: namespace.root is required")
+    root = str(ns["root"])
+    if "://" not in root and not Path(root).is_absolute():
+        root = str(Path.cwd() / root)  # as JobConfig does: relative roots resolve against the cwd
+    return root, {str(k): str(v) for k, v in (ns.get("storage") or {}).items()}
+
+
+def _target(args: argparse.Namespace) -> tuple[str, dict[str, str] | None]:
+    """The namespace root and storage options a command works on (ROOT or ``--config``)."""
+    cfg_storage: dict[str, str] = {}
+    root = getattr(args, "root", None)
+    if args.config:
+        cfg_root, cfg_storage = _read_config_namespace(args.config)
+        root = root or cfg_root
+    if not root:
+        raise UsageError(f"{args.command}: give the namespace ROOT or --config FILE")
+    return root, storage_options(args, cfg_storage)
+
+
+def _open(args: argparse.Namespace) -> PartitionedNamespace:
+    from lancepart.namespace import PartitionedNamespace
+
+    root, so = _target(args)
+    return PartitionedNamespace.open(root, storage_options=so)
+
+
+def _load_json_arg(value: str, option: str) -> Any:
+    """A JSON (or YAML) document given inline or as the path of a file."""
+    import yaml
+
+    p = Path(value)
+    if not value.lstrip().startswith(("{", "[")):  # inline JSON is an object or a list; anything else a file
+        if not p.is_file():
+            raise InvalidArgumentError(f"{option}: {value!r} is neither a file nor a JSON object or list")
+        try:
+            return yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise InvalidArgumentError(f"{option}: {p} is neither JSON nor YAML: {e}") from None
+    try:
+        return json.loads(value)
+    except ValueError as e:
+        raise InvalidArgumentError(f"{option}: {value[:80]!r} is not valid JSON ({e})") from None
+
+
+class _Progress:
+    """Progress lines on stderr (silenced by ``-q``)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.started = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            print(f"lancepart: [{time.monotonic() - self.started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+# --------------------------------------------------------------------------- create
+def _cmd_create(args: argparse.Namespace) -> Any:
+    from lancepart.config import JobConfig
+    from lancepart.errors import ConfigError
+    from lancepart.namespace import PartitionedNamespace
+    from lancepart.spec import PartitionSpec, schema_from_json
+
+    root = args.root or args.root_opt
+    if args.config:
+        if args.schema or args.spec:
+            raise UsageError("create: give either --config or --schema and --spec, not both")
+        cfg = JobConfig.load(args.config)
+        nc = cfg.namespace
+        if nc.schema is None or nc.spec is None:
+            raise ConfigError(f"{args.config}: namespace.schema and namespace.spec are needed to create a namespace")
+        schema, spec, so = nc.schema, nc.spec, storage_options(args, nc.storage_options)
+        root = root or nc.root
+    else:
+        if not (root and args.schema and args.spec):
+            raise UsageError("create: give ROOT --schema FILE|JSON --spec FILE|JSON, or --config FILE")
+        raw_schema = _load_json_arg(args.schema, "--schema")
+        spec = PartitionSpec.from_json(_load_json_arg(args.spec, "--spec"))
+        if isinstance(raw_schema, list):  # the job config's list of {name, type, nullable}
+            schema = JobConfig.from_dict({"namespace": {"root": root, "schema": raw_schema}}).namespace.schema
+        elif isinstance(raw_schema, Mapping) and "fields" in raw_schema:  # the namespace `schema` property
+            schema = schema_from_json(raw_schema)
+        else:
+            raise InvalidArgumentError("--schema must be a list of {name, type, nullable} (as in configs/*.yaml) "
+                                       "or the JSON schema `lancepart describe --json` prints")
+        so = storage_options(args)
+    ns = PartitionedNamespace.create(root, schema, spec, so)
+    return {"root": ns.root, "spec_id": ns.current_spec.id, "manifest_version": ns.manifest_version,
+            "columns": ns.schema.names}
+
+
+# --------------------------------------------------------------------------- describe
+def _table_sizes(uri: str, so: Mapping[str, str] | None) -> tuple[int, int]:
+    """(bytes, versions) of one Lance table: every file under it, every version manifest."""
+    import lance
+    import pyarrow.compute as pc
+
+    files = lance.dataset(uri, storage_options=dict(so) if so else None).all_files().read_all()
+    paths = files.column("path")
+    versions = pc.sum(pc.and_(pc.starts_with(paths, "_versions/"), pc.ends_with(paths, ".manifest"))).as_py() or 0
+    return int(pc.sum(files.column("size_bytes")).as_py() or 0), int(versions)
+
+
+def _describe_tables(ns: PartitionedNamespace, progress: _Progress) -> dict[str, Any]:
+    from lancepart.ids import check_location
+    from lancepart.manifest import MANIFEST_DIR, join_uri
+    from lancepart.parallel import map_threads
+    from lancepart.read.snapshot import open_partition
+
+    so = ns.storage_options
+    infos = ns.partitions()
+    progress(f"measuring {len(infos)} partition tables")
+
+    def measure(info) -> dict[str, Any]:
+        rows = open_partition(ns.root, info, so).count_rows()
+        nbytes, versions = _table_sizes(join_uri(ns.root, check_location(info.location, info.object_id, ns.root)), so)
+        return {**info.to_dict(), "rows": rows, "bytes": nbytes, "versions": versions}
+
+    tables = map_threads(measure, infos)
+    m_bytes, m_versions = _table_sizes(join_uri(ns.root, MANIFEST_DIR), so)
+    return {
+        "rows": sum(t["rows"] for t in tables),
+        "bytes": sum(t["bytes"] for t in tables) + m_bytes,
+        "versions": sum(t["versions"] for t in tables) + m_versions,
+        "manifest": {"bytes": m_bytes, "versions": m_versions},
+        "tables": tables,
+    }
+
+
+def _cmd_describe(args: argparse.Namespace) -> Any:
+    from lancepart.spec import schema_to_json
+
+    ns = _open(args)
+    out: dict[str, Any] = {
+        "root": ns.root,
+        "manifest_version": ns.manifest_version,
+        "current_spec": ns.current_spec.id,
+        "specs": {k: s.to_json() for k, s in ns.specs.items()},
+        "schema": schema_to_json(ns.schema),
+        "partitions": len(ns.partitions()),
+    }
+    if not args.no_sizes:
+        out.update(_describe_tables(ns, _Progress(args.quiet)))
+    if args.json:
+        return out
+    _print_describe(ns, out, args.tables)
+    return None
+
+
+def _print_describe(ns: PartitionedNamespace, out: dict[str, Any], with_tables: bool) -> None:
+    print(f"root: {out['root']}")
+    print(f"manifest version: {out['manifest_version']}")
+    from lancepart.spec import field_id_of
+
+    names = {field_id_of(f): f.name for f in ns.schema}
+    for spec_id, spec in sorted(ns.specs.items()):
+        fields = ", ".join(
+            f"{f.field_id}=" + (f"expression({f.expression!r})" if f.expression is not None else
+                                f"{f.transform}({','.join(names.get(s, str(s)) for s in f.source_ids)})")
+            for f in spec.fields)
+        print(f"spec v{spec_id}{' (current)' if spec_id == out['current_spec'] else ''}: {fields}")
+    print("schema: " + ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in ns.schema))
+    print(f"partitions: {out['partitions']}")
+    if "bytes" in out:
+        print(f"rows: {out['rows']}")
+        print(f"storage: {_human_bytes(out['bytes'])} ({out['bytes']} bytes) in {out['partitions']} tables "
+              f"+ __manifest, {out['versions']} versions "
+              f"(__manifest: {_human_bytes(out['manifest']['bytes'])}, {out['manifest']['versions']} versions)")
+        if with_tables:
+            for t in out["tables"]:
+                print(f"  {t['object_id']}  v{t['read_version']}  rows={t['rows']}  bytes={t['bytes']}  "
+                      f"versions={t['versions']}  {json.dumps(t['values'], default=str)}")
+
+
+# --------------------------------------------------------------------------- partitions / explain
+def _cmd_partitions(args: argparse.Namespace) -> Any:
+    return [p.to_dict() for p in _open(args).partitions(args.filter)]
+
+
+def _cmd_explain(args: argparse.Namespace) -> Any:
+    from lancepart.read.prune import prune
+
+    ns = _open(args)
+    result = prune(args.filter, ns.schema, ns.specs, ns.snapshot().rows)
+    if not args.json:
+        print(result.explain())
+        return None
+    return {"filter": args.filter, "kept": result.kept_counts, "pruned": result.pruned,
+            "predicates": result.predicates, "manifest_sql": result.manifest_sql, "residual": result.residual}
+
+
+# --------------------------------------------------------------------------- ingest
+def input_format(path: str, forced: str | None) -> str:
+    """The format of an input file: ``--format`` or its extension (``.parquet``, ``.csv[.gz]``, ...)."""
+    if forced:
+        return forced
+    name = path.lower()
+    for ext in _COMPRESSED:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    fmt = _EXTENSIONS.get(os.path.splitext(name)[1])
+    if fmt is None:
+        raise InvalidArgumentError(f"cannot tell the format of input file {path} from its extension; "
+                                   f"pass --format {'|'.join(FORMATS)}")
+    return fmt
+
+
+def open_input(path: str, fmt: str, ns_schema: pa.Schema, batch_rows: int = 65_536
+               ) -> tuple[pa.Schema, Callable[[], Iterator[pa.RecordBatch]]]:
+    """The schema of one input file and a function streaming its record batches; nothing but
+    the schema (Parquet footer, IPC header, first CSV/JSON block) is read up front.
+
+    CSV and JSON columns that the namespace schema knows are parsed as its types, so text
+    dates and timestamps arrive typed; everything else is inferred and checked by the write.
+    """
+    import pyarrow as pa
+
+    if not Path(path).is_file():
+        raise InvalidArgumentError(f"input file {path} does not exist")
+    types = {f.name: f.type for f in ns_schema}
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(path)
+            return pf.schema_arrow, lambda: pf.iter_batches(batch_size=batch_rows)
+        if fmt == "ipc":
+            source = pa.memory_map(path)
+            try:
+                reader = pa.ipc.open_file(source)
+                return reader.schema, lambda: (reader.get_batch(i) for i in range(reader.num_record_batches))
+            except pa.ArrowInvalid:  # not the IPC file format: the streaming format
+                stream = pa.ipc.open_stream(pa.memory_map(path))
+                return stream.schema, lambda: iter(stream)
+        if fmt == "csv":
+            import pyarrow.csv as pcsv
+
+            delimiter = "\t" if ".tsv" in path.lower() else ","
+            reader = pcsv.open_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter),
+                                   convert_options=pcsv.ConvertOptions(column_types=types))
+            return reader.schema, lambda: iter(reader)
+        if fmt == "json":
+            import pyarrow.json as pjson
+
+            with open(path, "rb") as f:
+                header = f.readline()
+            try:
+                present = set(json.loads(header)) if header.strip() else set()
+            except ValueError:
+                present = set()
+            # Arrow's JSON parser reads timestamps from strings but not dates or times: those
+            # columns are read as strings and cast batch by batch.
+            as_text = {n: t for n, t in types.items() if n in present and
+                       (pa.types.is_date(t) or pa.types.is_time(t))}
+            explicit = pa.schema([pa.field(n, pa.utf8() if n in as_text else t)
+                                  for n, t in types.items() if n in present])
+            reader = pjson.open_json(path, parse_options=pjson.ParseOptions(explicit_schema=explicit))
+            schema = reader.schema
+            for n, t in as_text.items():
+                i = schema.get_field_index(n)
+                schema = schema.set(i, schema.field(i).with_type(t))
+            return schema, lambda: (b.cast(schema) for b in reader)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InvalidArgumentError(f"cannot read input file {path} as {fmt}: {e}") from None
+    raise InvalidArgumentError(f"unknown input format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def input_reader(paths: Sequence[str], fmt: str | None, ns_schema: pa.Schema, progress: Callable[[str], None],
+                 report_every: int = 1_000_000) -> pa.RecordBatchReader:
+    """One stream over every input file, with the first file's schema; later files must have
+    the same columns (in any order) with types that cast safely. All schemas are checked
+    before any row is read."""
+    import pyarrow as pa
+
+    opened = []
+    for path in paths:
+        file_fmt = input_format(path, fmt)
+        schema, batches = open_input(path, file_fmt, ns_schema)
+        opened.append((path, file_fmt, schema, batches))
+    target = opened[0][2]
+    for path, _, schema, _ in opened[1:]:
+        if set(schema.names) != set(target.names):
+            raise SchemaMismatchError(
+                f"input file {path} has columns {sorted(schema.names)}, but {opened[0][0]} has "
+                f"{sorted(target.names)}: every input file needs the same columns")
+
+    def stream() -> Iterator[pa.RecordBatch]:
+        rows = next_report = 0
+        for path, file_fmt, schema, batches in opened:
+            progress(f"reading {path} ({file_fmt})")
+            same = schema.equals(target)
+            try:
+                for batch in batches():
+                    if not same:
+                        batch = batch.select(target.names).cast(target)
+                    rows += batch.num_rows
+                    if rows >= next_report + report_every:
+                        next_report = rows - rows % report_every
+                        progress(f"{rows} rows read")
+                    yield batch
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+                raise InvalidArgumentError(f"cannot read input file {path} as {file_fmt}: {e}") from None
+        progress(f"{rows} rows read from {len(opened)} file(s); publishing")
+
+    return pa.RecordBatchReader.from_batches(target, stream())
+
+
+def _cmd_ingest(args: argparse.Namespace) -> Any:
+    files = list(args.files)
+    if args.config and args.root is not None:  # with --config every positional is an input file
+        files.insert(0, args.root)
+        args.root = None
+    ns = _open(args)
+    progress = _Progress(args.quiet)
+    reader = input_reader(files, args.format, ns.schema, progress, report_every=args.chunk_rows)
+    result = ns.write(reader, mode=args.mode, batch_id=args.batch_id, chunk_rows=args.chunk_rows,
+                      max_retries=args.max_retries)
+    out = {"root": ns.root, "files": files, "mode": args.mode, **result.to_dict()}
+    if args.json:
+        return out
+    if result.skipped:
+        print(f"batch {result.batch_id!r} is already published in {ns.root}: nothing written "
+              f"(manifest version {result.manifest_version})")
+    else:
+        print(f"published {result.rows_written} rows from {len(files)} file(s) into {ns.root}: "
+              f"{result.partitions_touched} partitions ({result.partitions_created} new), manifest version "
+              f"{result.manifest_version}, {result.retries} retries, {result.seconds:.1f} s"
+              + (f", batch {result.batch_id!r}" if result.batch_id else ""))
+    return None
+
+
+# --------------------------------------------------------------------------- maintenance
+def _cmd_compact(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    filter, target, options = args.filter, args.target_rows_per_fragment, {}
+    if args.config:  # the config's compact: section (as jobs/compact.py reads it) fills what is not given
+        from lancepart.config import JobConfig
+
+        cc = JobConfig.load(args.config).compact
+        filter = filter if filter is not None else cc.filter
+        target = target or cc.target_rows_per_fragment
+        options = {"min_small_fragments": cc.min_small_fragments,
+                   "materialize_deletions_threshold": cc.materialize_deletions_threshold}
+    _Progress(args.quiet)(f"compacting {ns.root}" + (f" where {filter}" if filter else ""))
+    result = ns.compact(filter, target_rows_per_fragment=target or 1_048_576, max_retries=args.max_retries,
+                        **options)
+    out = {"root": ns.root, **result.to_dict()}
+    if args.json:
+        return out
+    d = result.details or {}
+    extra = "".join(f", {k.replace('_', ' ')} {d[k]}" for k in ("fragments_before", "fragments_after") if k in d)
+    print(f"compacted {result.partitions_touched} partition tables of {ns.root}: manifest version "
+          f"{result.manifest_version}, {result.rows_written} rows rewritten{extra}, {result.seconds:.1f} s")
+    return None
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    _Progress(args.quiet)(f"cleaning up {ns.root}: versions superseded more than {format_duration(args.older_than)} ago"
+                          + (" (dry run)" if args.dry_run else ""))
+    stats = ns.cleanup(older_than=args.older_than, dry_run=args.dry_run)
+    out = {"root": ns.root, "older_than_seconds": args.older_than.total_seconds(), **stats.to_dict()}
+    if args.json:
+        return out
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {stats.versions_removed} versions and {stats.files_removed} files "
+          f"({_human_bytes(stats.bytes_removed)}) in {stats.tables_scanned} tables of {ns.root}")
+    for e in getattr(stats, "errors", None) or []:
+        print(f"  left: {e}")
+    return None
+
+
+def _cmd_evolve(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    value = _load_json_arg(args.spec, "--spec")
+    if isinstance(value, Mapping):
+        fields = value.get("fields")
+        if fields is None:
+            raise InvalidArgumentError("--spec must be a list of partition fields or an object with 'fields'")
+        want = value.get("id")
+        if want is not None and want not in (ns.current_spec.id, max(ns.specs) + 1):
+            raise InvalidArgumentError(f"--spec has id {want}, but the next spec version of {ns.root} is "
+                                       f"{max(ns.specs) + 1} (leave 'id' out to have it assigned)")
+    else:
+        fields = value
+    before = ns.current_spec.id
+    spec = ns.evolve(fields)
+    out = {"root": ns.root, "spec_id": spec.id, "created": spec.id != before, "spec": spec.to_json(),
+           "manifest_version": ns.manifest_version}
+    if args.json:
+        return out
+    if out["created"]:
+        print(f"{ns.root}: new partition spec v{spec.id} (manifest version {ns.manifest_version}); new writes use it")
+    else:
+        print(f"{ns.root}: spec v{spec.id} already defines these fields; nothing changed")
+    print(json.dumps(spec.to_json()))
+    return None
+
+
+def _cmd_migrate(args: argparse.Namespace) -> Any:
+    from lancepart.compat import migrate
+    from lancepart.manifest import normalize_root
+
+    root, so = _target(args)
+    root = normalize_root(root)
+    _Progress(args.quiet)(f"migrating {root}" + (" (dry run)" if args.dry_run else ""))
+    out = {"root": root, **migrate(root, storage_options=so, dry_run=args.dry_run)}
+    if args.json:
+        return out
+    verb = "would register" if args.dry_run else "registered"
+    counts = {k: len(out.get(k) or ()) for k in ("registered", "refreshed", "already_registered", "skipped")}
+    print(f"{root}: {verb} {counts['registered']} V1 tables, refreshed {counts['refreshed']}, "
+          f"{counts['already_registered']} already registered, {counts['skipped']} skipped; "
+          f"manifest version {out.get('manifest_version')}")
+    for key in ("registered", "refreshed", "skipped"):
+        for name, detail in (out.get(key) or {}).items():
+            print(f"  {key}: {name} {detail}")
+    return None
+
+
+# --------------------------------------------------------------------------- parser
+def _common(with_config: bool) -> argparse.ArgumentParser:
+    """Options every subcommand accepts (after its name too: ``lancepart describe ROOT --json``)."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("common options")
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print one JSON document on stdout (errors too)")
+    g.add_argument("--storage-option", dest="storage_option_sub", action="append", metavar="KEY=VALUE",
+                   default=argparse.SUPPRESS,
+                   help=f"a storage option for Lance (repeatable), merged over ${STORAGE_OPTIONS_ENV} "
+                        "(a JSON object); values are never printed")
+    g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress on stderr")
+    g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="print a traceback on unexpected errors")
+    if with_config:
+        g.add_argument("--config", metavar="FILE",
+                       help="take ROOT and storage options from a job config (namespace.root, namespace.storage)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lancepart import __version__
+
+    doc = __doc__.split("\n\n")
+    p = argparse.ArgumentParser(
+        prog="lancepart", description="Partitioned Lance namespaces: create, inspect, write and maintain.",
+        epilog=doc[3].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"lancepart {__version__}")
+    p.add_argument("--json", action="store_true", default=False, help="print one JSON document on stdout")
+    p.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
+                   help="a storage option for Lance (repeatable)")
+    p.add_argument("-q", "--quiet", action="store_true", default=False, help="no progress on stderr")
+    p.add_argument("--debug", action="store_true", default=False, help="print a traceback on unexpected errors")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help: str, func: Callable[[argparse.Namespace], Any], root: bool = True,
+            description: str | None = None) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=description or help, parents=[_common(root)],
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc[3].strip())
+        if root:
+            sp.add_argument("root", nargs="?", metavar="ROOT", help="namespace root: a directory or URI (s3://...)")
+        sp.set_defaults(func=func)
+        return sp
+
+    c = add("create", "create a partitioned namespace from a schema and a partition spec", _cmd_create, root=False,
+            description="Create a partitioned namespace: ROOT --schema --spec, or from a job config's "
+                        "namespace.root/schema/spec (--config).")
+    c.add_argument("root", nargs="?", metavar="ROOT", help="namespace root (overrides the config's namespace.root)")
+    c.add_argument("--schema", metavar="FILE|JSON",
+                   help="columns as in configs/*.yaml ([{name, type, nullable}, ...]) or the schema JSON "
+                        "`describe --json` prints")
+    c.add_argument("--spec", metavar="FILE|JSON", help='partition spec JSON: {"id": 1, "fields": [...]}')
+    c.add_argument("--config", metavar="FILE", help="YAML job config with namespace.root, namespace.schema, "
+                                                    "namespace.spec (and namespace.storage)")
+    c.add_argument("--root", dest="root_opt", metavar="ROOT", help=argparse.SUPPRESS)  # older spelling of ROOT
+
+    d = add("describe", "specs, schema, partition count, versions and sizes", _cmd_describe,
+            description="Specs, schema, manifest version, partition count, and per partition table its "
+                        "published rows, bytes on storage and number of versions, with totals.")
+    d.add_argument("--tables", action="store_true", help="also list every partition table (text output)")
+    d.add_argument("--no-sizes", action="store_true", help="skip rows, bytes and versions (no table is opened)")
+
+    ls = add("partitions", "list published partition tables (optionally pruned by a filter)", _cmd_partitions)
+    ls.add_argument("--filter", metavar="SQL", help="SQL filter over source columns, e.g. "
+                                                    "\"event_date = DATE '2025-12-10'\"")
+
+    ex = add("explain", "partitions kept and pruned per spec version for a filter", _cmd_explain)
+    ex.add_argument("filter", metavar="FILTER", help="SQL filter over source columns")
+
+    ing = add("ingest", "write local files into the namespace in-process (no Spark) in one commit", _cmd_ingest,
+              description="Write Parquet, CSV, JSON (newline-delimited) or Arrow IPC files into the namespace "
+                          "without Spark, streamed in chunks, and publish them all in one __manifest commit.")
+    ing.add_argument("files", nargs="+", metavar="FILE", help="input files; the format comes from the extension")
+    ing.add_argument("--format", choices=FORMATS, help="input format of every FILE (default: by extension)")
+    ing.add_argument("--mode", choices=("append", "overwrite"), default="append",
+                     help="append rows, or replace the partitions the input touches (default: append)")
+    ing.add_argument("--batch-id", metavar="ID",
+                     help="exactly-once id: an id that is already published makes this a no-op (exit 0)")
+    ing.add_argument("--chunk-rows", type=_positive_int, default=1_000_000, metavar="N",
+                     help="rows planned and written per chunk; bounds memory (default: 1000000)")
+    _max_retries(ing)
+
+    cp = add("compact", "rewrite small fragments of partition tables, published in one commit", _cmd_compact)
+    cp.add_argument("--filter", metavar="SQL", help="compact only the partitions this filter selects")
+    cp.add_argument("--target-rows-per-fragment", type=_positive_int, metavar="N",
+                    help="rows per fragment to aim for (default: the config's compact.target_rows_per_fragment, "
+                         "else 1048576)")
+    _max_retries(cp)
+
+    cl = add("cleanup", "remove old table versions and unreferenced files", _cmd_cleanup,
+             description="Remove table versions superseded longer than --older-than ago and files no version "
+                         "references; never what a published read_version, read_tag or read_branch pins.")
+    cl.add_argument("--older-than", type=parse_duration, default=timedelta(days=7), metavar="DURATION",
+                    help="retention, e.g. 7d, 36h, 90m, 1d12h; must exceed the longest write job (default: 7d)")
+    cl.add_argument("--dry-run", action="store_true", help="report what would be removed, remove nothing")
+
+    ev = add("evolve", "add a partition spec version", _cmd_evolve,
+             description="Add partition spec version N+1 with the given fields; new writes use it, reads span "
+                         "every version. Defining exactly the current spec again changes nothing.")
+    ev.add_argument("--spec", required=True, metavar="FILE|JSON",
+                    help='the new fields: [{"source_ids": [...], "transform": {...}, "result_type": {...}}, ...] '
+                         'or {"fields": [...]}')
+
+    mg = add("migrate", "bring a namespace written by an older layout up to date", _cmd_migrate)
+    mg.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
+    return p
+
+
+def _max_retries(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-retries", type=lambda t: _positive_int(t, least=0), default=20, metavar="N",
+                   help=f"__manifest commit attempts after a conflict with a concurrent writer before giving up "
+                        f"with exit code {EXIT_RETRY} (default: 20)")
+
+
+def _merge_common(args: argparse.Namespace) -> None:
+    args.storage_option = list(args.storage_option or []) + list(getattr(args, "storage_option_sub", []) or [])
+    if not hasattr(args, "config"):
+        args.config = None
+
+
+# --------------------------------------------------------------------------- entry point
 def _print(obj: Any, as_json: bool) -> None:
     if as_json:
         print(json.dumps(obj, indent=2, default=str))
@@ -28,90 +705,59 @@ def _print(obj: Any, as_json: bool) -> None:
         print(f"{k}: {v if not isinstance(v, (dict, list)) else json.dumps(v, default=str)}")
 
 
-def _cmd_create(args: argparse.Namespace) -> Any:
-    from lancepart.config import JobConfig
-    from lancepart.errors import ConfigError
-    from lancepart.namespace import PartitionedNamespace
-
-    cfg = JobConfig.load(args.config)
-    nc = cfg.namespace
-    if nc.schema is None or nc.spec is None:
-        raise ConfigError(f"{args.config}: namespace.schema and namespace.spec are needed to create a namespace")
-    ns = PartitionedNamespace.create(args.root or nc.root, nc.schema, nc.spec, nc.storage_options or None)
-    return {"root": ns.root, "spec_id": ns.current_spec.id, "manifest_version": ns.manifest_version}
-
-
-def _cmd_describe(args: argparse.Namespace) -> Any:
-    from lancepart.namespace import PartitionedNamespace
-    from lancepart.spec import schema_to_json
-
-    ns = PartitionedNamespace.open(args.root)
-    parts = ns.partitions()
-    return {
-        "root": ns.root,
-        "manifest_version": ns.manifest_version,
-        "current_spec": ns.current_spec.id,
-        "specs": {k: s.to_json() for k, s in ns.specs.items()},
-        "schema": schema_to_json(ns.schema),
-        "partitions": len(parts),
-    }
-
-
-def _cmd_partitions(args: argparse.Namespace) -> Any:
-    from lancepart.namespace import PartitionedNamespace
-
-    return [p.to_dict() for p in PartitionedNamespace.open(args.root).partitions(args.filter)]
-
-
-def _cmd_explain(args: argparse.Namespace) -> Any:
-    from lancepart.namespace import PartitionedNamespace
-    from lancepart.read.prune import prune
-
-    ns = PartitionedNamespace.open(args.root)
-    result = prune(args.filter, ns.schema, ns.specs, ns.snapshot().rows)
-    if not args.json:
-        print(result.explain())
-        return None
-    return {"filter": args.filter, "kept": result.kept_counts, "pruned": result.pruned,
-            "predicates": result.predicates, "manifest_sql": result.manifest_sql, "residual": result.residual}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lancepart", description="Partitioned Lance namespaces: create, inspect, write.")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("create", help="create a partitioned namespace from a job config's schema and spec")
-    c.add_argument("--config", required=True, help="YAML with namespace.root, namespace.schema, namespace.spec")
-    c.add_argument("--root", help="override namespace.root")
-    c.set_defaults(func=_cmd_create)
-    d = sub.add_parser("describe", help="specs, schema, partition count and manifest version")
-    d.add_argument("root")
-    d.set_defaults(func=_cmd_describe)
-    ls = sub.add_parser("partitions", help="list published partition tables (optionally pruned by a filter)")
-    ls.add_argument("root")
-    ls.add_argument("--filter", help="SQL filter over source columns, e.g. \"event_date = DATE '2025-12-10'\"")
-    ls.set_defaults(func=_cmd_partitions)
-    ex = sub.add_parser("explain", help="partitions kept and pruned per spec version for a filter")
-    ex.add_argument("root")
-    ex.add_argument("filter", help="SQL filter over source columns")
-    ex.set_defaults(func=_cmd_explain)
-    return p
+def _fail(code: int, kind: str, message: str, as_json: bool) -> int:
+    print(f"lancepart: {kind}: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": kind, "message": message, "exit_code": code}, indent=2))
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``lancepart`` command; returns the exit code.
+
+    >>> # main(["cleanup", "/data/events", "--older-than", "7d", "--dry-run"])
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in argv
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:
-        return EXIT_OK if e.code == 0 else EXIT_USAGE
+    except SystemExit as e:  # argparse: --help/--version exit 0, errors exit 2
+        if e.code in (0, None):
+            return EXIT_OK
+        if wants_json:
+            print(json.dumps({"error": "usage", "message": "bad command line (see stderr)", "exit_code": EXIT_USAGE}))
+        return EXIT_USAGE
+    _merge_common(args)
+    # the library's log lines are the progress of long commands; other commands show warnings only
+    logger, level = logging.getLogger("lancepart"), logging.getLogger("lancepart").level
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("lancepart: %(message)s"))
+    if not args.quiet:
+        logger.addHandler(handler)
+        long_running = args.command in ("ingest", "compact", "cleanup", "migrate")
+        logger.setLevel(logging.INFO if long_running else logging.WARNING)
     try:
         out = args.func(args)
         if out is not None:
             _print(out, args.json)
+        return EXIT_OK
+    except UsageError as e:
+        return _fail(EXIT_USAGE, "usage", f"{e} (see: {parser.prog} {args.command} --help)", args.json)
+    except CommitConflictError as e:
+        return _fail(EXIT_RETRY, type(e).__name__, f"{e} (retryable: run it again)", args.json)
     except LancepartError as e:
-        print(f"lancepart: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_LANCEPART
-    return EXIT_OK
+        return _fail(EXIT_LANCEPART, type(e).__name__, str(e), args.json)
+    except KeyboardInterrupt:
+        return _fail(EXIT_INTERRUPTED, "interrupted", "stopped by the user", args.json)
+    except Exception as e:  # anything else is a bug or an environment problem
+        if args.debug or os.environ.get("LANCEPART_DEBUG"):
+            traceback.print_exc()
+        return _fail(EXIT_FAILED, f"unexpected {type(e).__name__}", f"{e} (rerun with --debug for a traceback)",
+                     args.json)
+    finally:  # main() may run in a longer-lived process (tests, notebooks)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 if __name__ == "__main__":
