@@ -1,6 +1,6 @@
 """spark-submit entry point: ingest a source into a partitioned namespace.
 
-Usage: ./spark-submit.sh jobs/ingest.py --config configs/demo.yaml [spark-submit options]
+Usage: ./spark-submit.sh jobs/ingest.py --config configs/demo.yaml [spark-submit options] [-- --batch-id ID]
 
 Creates the namespace from the config's schema and spec when it does not exist, reads the
 source (Parquet, CSV, JSON or the built-in generator), runs the config's expectations,
@@ -13,6 +13,7 @@ error (nothing published).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -25,10 +26,15 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="jobs/ingest.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="job config YAML (see configs/)")
+    parser.add_argument("--batch-id", help="exactly-once id overriding the config's batch_id (Airflow passes one "
+                                           "per logical date, so a retried task publishes once)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
-        summary = run_ingest(JobConfig.load(args.config))
+        cfg = JobConfig.load(args.config)
+        if args.batch_id:
+            cfg = dataclasses.replace(cfg, batch_id=args.batch_id)
+        summary = run_ingest(cfg)
     except LancepartError as e:
         print(f"ingest failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

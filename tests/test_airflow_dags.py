@@ -1,0 +1,181 @@
+"""airflow_dags/ in a real Airflow: a DagBag, and ``dag.test()`` runs that call the real
+``./spark-submit.sh jobs/*.py`` and ``lancepart`` commands (CONTRACT.md "Command line and
+jobs": the DAGs call exactly those commands).
+
+Airflow runs in subprocesses (tests/airflow_proc.py) with AIRFLOW_HOME and its sqlite
+database in a temporary directory, so no Airflow state reaches this process or the repository.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DAGS = REPO / "airflow_dags"
+PROC = Path(__file__).with_name("airflow_proc.py")
+LOGICAL_DATE = "2025-03-04T00:00:00+00:00"
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("airflow") is None,
+                                reason="apache-airflow is not installed (it comes with the 'test' extra: make setup)")
+
+
+def _airflow(env: dict[str, str], tmp: Path, *args: str, timeout: float = 300) -> dict:
+    out, log = tmp / f"result-{args[0]}.json", tmp / f"airflow-{args[0]}.log"
+    with open(log, "ab") as f:
+        proc = subprocess.run([sys.executable, str(PROC), *args, str(out)], env=env, cwd=tmp, stdout=f,
+                              stderr=subprocess.STDOUT, timeout=timeout)
+    if proc.returncode != 0 or not out.exists():
+        pytest.fail(f"airflow_proc {args[0]} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory) -> tuple[dict[str, str], Path]:
+    home = tmp_path_factory.mktemp("airflow_home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "LANCEPART_FAULT"))}
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ in airflow_dags/
+    })
+    before, repo_before = set(os.listdir(DAGS)), set(os.listdir(REPO))
+    _airflow(env, home, "initdb", timeout=120)
+    yield env, home
+    assert set(os.listdir(DAGS)) == before, "Airflow left files in airflow_dags/"
+    new = set(os.listdir(REPO)) - repo_before
+    assert not [n for n in new if n.startswith("airflow") or n in ("logs", "webserver_config.py")], \
+        f"Airflow left state in the repository: {sorted(new)}"
+
+
+def _demo_config(tmp_path: Path, root: Path, **extra) -> Path:
+    cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    cfg["namespace"]["root"] = str(root)
+    cfg["namespace"]["spec"]["fields"] = cfg["namespace"]["spec"]["fields"][:1]  # event_date: few tables, fast
+    cfg["source"] = {"kind": "generate", "rows": 2000, "seed": 7}
+    cfg["spark"]["conf"] = {"spark.sql.shuffle.partitions": "2"}
+    cfg.pop("expectations")
+    cfg.pop("batch_id")
+    cfg.update(extra)
+    path = tmp_path / "ingest.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_dagbag_loads_both_dags(airflow_env):
+    """Both DAGs parse in a real DagBag, with retries, and call exactly the contract commands."""
+    env, home = airflow_env
+    bag = _airflow(env, home, "dagbag", str(DAGS))
+    assert bag["import_errors"] == {}
+    assert set(bag["dags"]) == {"lancepart_ingest", "lancepart_maintenance"}
+
+    ingest = bag["dags"]["lancepart_ingest"]
+    assert set(ingest["tasks"]) == {"ingest"}
+    task = ingest["tasks"]["ingest"]
+    assert task["retries"] >= 2 and task["retry_delay_s"] > 0
+    assert task["bash_command"].split("%}")[-1].startswith("set -f; ./spark-submit.sh jobs/ingest.py --config ")
+    assert "--batch-id" in task["bash_command"] and "logical_date" in task["bash_command"]
+    assert task["cwd"] == str(REPO)
+    assert ingest["params"] == {"config": "configs/demo.yaml", "batch_id": None, "spark_args": ""}
+
+    maint = bag["dags"]["lancepart_maintenance"]
+    assert maint["schedule"] == "@daily"
+    assert set(maint["tasks"]) == {"compact", "cleanup"}
+    assert maint["tasks"]["cleanup"]["upstream"] == ["compact"]
+    assert maint["tasks"]["compact"]["bash_command"].startswith("set -f; ./spark-submit.sh jobs/compact.py --config ")
+    assert Path(maint["tasks"]["cleanup"]["bash_command"].split()[0]).name == "lancepart"
+    assert " cleanup --config " in maint["tasks"]["cleanup"]["bash_command"]
+    assert all(t["retries"] >= 2 for t in maint["tasks"].values())
+    assert (REPO / maint["params"]["config"]).is_file() and (REPO / ingest["params"]["config"]).is_file()
+
+
+@pytest.mark.spark
+def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
+    """The ingest DAG end to end with ``dag.test()``: the first attempt publishes and then dies
+    (``LANCEPART_FAULT=after_manifest_commit:exit`` in the Spark driver), Airflow retries the
+    task, and the retry finds its batch id published and writes nothing (spec "Transaction";
+    README "Writing": batch_id)."""
+    from lancepart import PartitionedNamespace
+    from lancepart.write.publish import committed_batch
+
+    env, _ = airflow_env
+    root, marker = tmp_path / "ns", tmp_path / "first-attempt-done"
+    config = _demo_config(tmp_path, root)
+    driver = tmp_path / "driver-python"  # the Spark driver of the first attempt only dies after publishing
+    driver.write_text(f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; '
+                      f'export LANCEPART_FAULT=after_manifest_commit:exit; fi\nexec "{sys.executable}" "$@"\n')
+    driver.chmod(0o755)
+    run_env = {**env, "PYSPARK_DRIVER_PYTHON": str(driver)}
+    conf = {"config": str(config), "spark_args": "--master local[2]"}
+
+    run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE, json.dumps(conf), "1")
+
+    assert marker.exists(), "the first attempt never started the Spark driver"
+    assert run["state"] == "success", run
+    assert run["tasks"]["ingest"] == {"state": "success", "try_number": 2}, run
+    # dag.test() runs the attempts in its own process and logs them there, one after the other
+    attempts = (tmp_path / "airflow-test.log").read_text().split("[DAG TEST] starting task_id=ingest")[1:]
+    assert len(attempts) == 2
+    assert "Command exited with return code 77" in attempts[0]  # the driver died after the publish
+    assert '"skipped": true' in attempts[1] and "return code 0" in attempts[1]  # the retry found it published
+
+    ns = PartitionedNamespace.open(root)
+    ids = ns.to_table(columns=["id"]).column("id")
+    assert len(ids) == 2000 and sorted(ids.to_pylist()) == list(range(2000))  # published exactly once
+    assert committed_batch(ns.snapshot(), f"lancepart_ingest:{config}:{LOGICAL_DATE}") is not None
+
+
+@pytest.mark.spark
+def test_maintenance_dag_compacts_then_cleans_up(airflow_env, tmp_path):
+    """The maintenance DAG end to end: jobs/compact.py on Spark merges the small fragments of
+    three local ingests, then ``lancepart cleanup --older-than 0`` removes the superseded
+    versions; the published rows are unchanged (spec "Transaction"; CONTRACT.md maintenance)."""
+    import pyarrow.parquet as pq
+
+    from lancepart import PartitionedNamespace
+    from lancepart.sample import demo_events
+
+    env, _ = airflow_env
+    root = tmp_path / "ns"
+    config = _demo_config(tmp_path, root, compact={"target_rows_per_fragment": 100_000})
+    cli = Path(sys.executable).with_name("lancepart")
+    subprocess.run([str(cli), "-q", "create", "--config", str(config)], check=True, capture_output=True)
+    for i in range(3):
+        pq.write_table(demo_events(500, start_id=i * 500, days=2), tmp_path / f"part{i}.parquet")
+        subprocess.run([str(cli), "-q", "ingest", str(root), str(tmp_path / f"part{i}.parquet")], check=True,
+                       capture_output=True)
+
+    def describe() -> dict:
+        out = subprocess.run([str(cli), "-q", "--json", "describe", str(root)], check=True, capture_output=True)
+        return json.loads(out.stdout)
+
+    before = describe()
+    conf = {"config": str(config), "older_than": "0", "spark_args": "--master local[2]"}
+    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_maintenance", LOGICAL_DATE, json.dumps(conf), "1")
+
+    assert run["state"] == "success", run
+    assert {t: s["state"] for t, s in run["tasks"].items()} == {"compact": "success", "cleanup": "success"}
+    after = describe()
+    assert after["rows"] == before["rows"] == 1500
+    assert after["manifest_version"] > before["manifest_version"]  # compaction published
+    assert all(t["versions"] == 1 for t in after["tables"])  # cleanup kept only the published version
+    assert after["bytes"] < before["bytes"]
+    ns = PartitionedNamespace.open(root)
+    assert sorted(ns.to_table(columns=["id"]).column("id").to_pylist()) == list(range(1500))
+    frags = [len(lance_ds.get_fragments()) for lance_ds in _published(ns)]
+    assert max(frags) == 1  # every partition rewritten into one fragment
+
+
+def _published(ns):
+    from lancepart.read.snapshot import open_partition
+
+    return [open_partition(ns.root, p, ns.storage_options) for p in ns.partitions()]
