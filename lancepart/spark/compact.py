@@ -26,7 +26,7 @@ from lancepart.maintenance.compact import (
 )
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
-from lancepart.spark.write import _task_error
+from lancepart.spark.tasks import options_value, spark_action
 
 log = logging.getLogger("lancepart.spark")
 
@@ -37,7 +37,7 @@ def _rewrite_task(root: str, storage_options: Any) -> Callable[[str], str]:
     def run(plan_json: str) -> str:
         from lancepart.maintenance.compact import rewrite_table
 
-        options = getattr(storage_options, "value", storage_options)  # a Broadcast of them, or as given
+        options = options_value(storage_options)
         return rewrite_table(root, TablePlan.from_json(plan_json), options).to_json()
 
     return run
@@ -77,23 +77,12 @@ def compact(
     rewrites: list[TableRewrite] = []
     if plan.tables:
         sc = spark.sparkContext
-        so = ns.storage_options
-        # credentials travel as a broadcast, never inside the pickled task function
-        shipped = sc.broadcast(dict(so)) if so else None
         items = [tp.to_json() for tp in plan.tables]
         if tables_per_task is None:
             tables_per_task = max(1, -(-len(items) // (4 * sc.defaultParallelism)))
         phases["spark_tasks"] = tasks = -(-len(items) // tables_per_task)
-        try:
+        with spark_action(spark, ns.storage_options) as shipped:
             out = sc.parallelize(items, tasks).map(_rewrite_task(ns.root, shipped)).collect()
-        except Exception as e:
-            typed = _task_error(e)
-            if typed is None:
-                raise
-            raise typed from e
-        finally:
-            if shipped is not None:
-                shipped.destroy()
         rewrites = [TableRewrite.from_json(o) for o in out]
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,

@@ -34,11 +34,9 @@ from lancepart.read.spj import (
 )
 from lancepart.spark.read import (
     arrow_schema_for,
-    broadcast_options,
     conform,
     empty_frame,
     info_to_json,
-    options_value,
     output_schema,
     pruned,
     read,
@@ -47,6 +45,7 @@ from lancepart.spark.read import (
     spark_type,
     task_frame,
 )
+from lancepart.spark.tasks import options_value, ship_options
 
 log = logging.getLogger("lancepart.spark")
 
@@ -187,11 +186,11 @@ def join(
         log.info("%s", plan)
         tasks = [json.dumps(_group_json(g)) for g in plan.groups]
         target = arrow_schema_for(spark, struct)
-        shipped = broadcast_options(spark, so)
+        shipped = ship_options(spark, so)
         sides = [{"schema": ns.schema.serialize().to_pybytes(), "filter": f, "scan_filter": sf, "columns": s.names}
                  for ns, f, sf, s in ((left_ns, filter_left, lscan, lschema), (right_ns, filter_right, rscan, rschema))]
         fn = _join_task(left_ns.root, right_ns.root, sides, plan.pairs, plan.how, right_suffix,
-                        target.serialize().to_pybytes(), shipped if shipped is not None else so)
+                        target.serialize().to_pybytes(), shipped)
         df = task_frame(spark, tasks).mapInArrow(fn, struct)
     df.lancepart_join = plan
     return df

@@ -34,6 +34,7 @@ from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
+from lancepart.spark.tasks import options_value, ship_options
 
 log = logging.getLogger("lancepart.spark")
 
@@ -130,24 +131,6 @@ def conform(data: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatc
 
 
 # --------------------------------------------------------------------------- plumbing shared with join.py
-def broadcast_options(spark, storage_options: Mapping[str, str] | None):
-    """Storage options (credentials) as a Spark broadcast, so they never travel inside the pickled
-    task function, which py4j logs at DEBUG; None without options or without a SparkContext
-    (Spark Connect), where the task carries them itself."""
-    if not storage_options:
-        return None
-    try:
-        return spark.sparkContext.broadcast(dict(storage_options))
-    except Exception:  # Spark Connect has no SparkContext
-        return None
-
-
-def options_value(shipped) -> dict[str, str] | None:
-    """On an executor: the storage options from a broadcast (or as given)."""
-    options = getattr(shipped, "value", shipped)
-    return dict(options) if options else None
-
-
 def task_frame(spark, tasks: Sequence[str]):
     """A DataFrame with one task description per Spark partition (the JSON strings ``tasks``)."""
     rows = [(t,) for t in tasks]
@@ -331,7 +314,7 @@ def read(
     if not tasks:
         return empty_frame(spark, struct)
     target = arrow_schema_for(spark, struct)
-    shipped = broadcast_options(spark, so)
+    shipped = ship_options(spark, so)
     fn = _read_task(ns.root, ns.schema.serialize().to_pybytes(), filter, scan_filter, out.names,
-                    target.serialize().to_pybytes(), shipped if shipped is not None else so)
+                    target.serialize().to_pybytes(), shipped)
     return task_frame(spark, [json.dumps(t) for t in tasks]).mapInArrow(fn, struct)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -33,13 +32,12 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation
 
-from lancepart import errors
-from lancepart.errors import LancepartError
 from lancepart.ids import check_location
 from lancepart.manifest import commit_lock, join_uri
 from lancepart.namespace import PartitionedNamespace
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.spark.tasks import options_value, spark_action
 from lancepart.write import faults
 from lancepart.write.local import check_mode
 from lancepart.write.plan import check_schema
@@ -81,8 +79,7 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
 
         spec = PartitionSpec.from_json(spec_json)
         schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-        options = getattr(storage_options, "value", storage_options)  # a Broadcast of them, or as given
-        so = dict(options) if options else None
+        so = options_value(storage_options)
         pending: list[pa.RecordBatch] = []
         size = 0
 
@@ -122,34 +119,6 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
                 yield out
 
     return run
-
-
-def _broadcast(df, storage_options: Mapping[str, str] | None):
-    """Storage options (credentials) as a Spark broadcast, so they never travel inside the pickled
-    task function, which py4j logs at DEBUG; None without options or without a SparkContext
-    (Spark Connect), where the task carries them itself."""
-    if not storage_options:
-        return None
-    try:
-        return df.sparkSession.sparkContext.broadcast(dict(storage_options))
-    except Exception:  # Spark Connect has no SparkContext
-        return None
-
-
-_TASK_ERROR = re.compile(r"lancepart\.errors\.(\w+): ([^\n]*)")
-
-
-def _task_error(e: BaseException) -> LancepartError | None:
-    """The lancepart error a Spark task raised (found in the Python traceback Spark reports), so
-    the driver raises the same typed error; None if the failure was something else."""
-    found = _TASK_ERROR.findall(str(e))
-    if not found:
-        return None
-    name, message = found[-1]
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, LancepartError)):
-        return None
-    return cls(message.strip())
 
 
 def _create_empty(root: str, location: str, schema: pa.Schema, so: Mapping[str, str] | None) -> int:
@@ -218,20 +187,11 @@ def write(
                 if oid.startswith(prefix)}
     job_id = uuid.uuid4().hex
     so = manifest.storage_options
-    shipped = _broadcast(df, so)
-    task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
-                       shipped if shipped is not None else so, flush_rows, max_rows_per_file)
     t = time.monotonic()
-    try:
+    with spark_action(df.sparkSession, so) as shipped:
+        task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
+                           shipped, flush_rows, max_rows_per_file)
         rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
-    except Exception as e:
-        typed = _task_error(e)
-        if typed is None:
-            raise
-        raise typed from e
-    finally:
-        if shipped is not None:
-            shipped.destroy()
     phases["write_s"] = round(time.monotonic() - t, 3)
     faults.checkpoint("after_fragments")
     writes: dict[str, TableWrite] = {}

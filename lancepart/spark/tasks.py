@@ -1,0 +1,72 @@
+"""Plumbing every Spark front end shares: storage options shipped to the executors, and the
+typed errors of failed tasks brought back to the driver.
+
+>>> # with spark_action(spark, ns.storage_options) as shipped:
+>>> #     rdd.map(task_using(options_value(shipped))).collect()
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from lancepart import errors
+from lancepart.errors import LancepartError
+
+_TASK_ERROR = re.compile(r"lancepart\.errors\.(\w+): ([^\n]*)")
+
+
+def ship_options(spark, storage_options: Mapping[str, str] | None) -> Any:
+    """What a task function carries for the storage options: a Spark broadcast, so credentials
+    never travel inside the pickled task function (py4j logs it at DEBUG); the options
+    themselves where there is no SparkContext (Spark Connect); None without options."""
+    if not storage_options:
+        return None
+    try:
+        return spark.sparkContext.broadcast(dict(storage_options))
+    except Exception:  # Spark Connect has no SparkContext: the task carries them itself
+        return dict(storage_options)
+
+
+def options_value(shipped: Any) -> dict[str, str] | None:
+    """On an executor: the storage options from what :func:`ship_options` returned."""
+    options = getattr(shipped, "value", shipped)
+    return dict(options) if options else None
+
+
+def release(shipped: Any) -> None:
+    """Drop a broadcast made by :func:`ship_options` once no task needs it any more."""
+    if hasattr(shipped, "destroy"):
+        shipped.destroy()
+
+
+def task_error(e: BaseException) -> LancepartError | None:
+    """The lancepart error a Spark task raised (found in the Python traceback Spark reports), so
+    the driver raises the same typed error; None if the failure was something else."""
+    found = _TASK_ERROR.findall(str(e))
+    if not found:
+        return None
+    name, message = found[-1]
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, LancepartError)):
+        return None
+    return cls(message.strip())
+
+
+@contextmanager
+def spark_action(spark, storage_options: Mapping[str, str] | None) -> Iterator[Any]:
+    """Around one eager Spark action: ship the storage options, re-raise a lancepart error a task
+    raised as the same typed error, and release the broadcast afterwards. Lazy DataFrames
+    (reads, joins) use :func:`ship_options` alone: their tasks run after this returns."""
+    shipped = ship_options(spark, storage_options)
+    try:
+        yield shipped
+    except Exception as e:
+        typed = task_error(e)
+        if typed is None:
+            raise
+        raise typed from e
+    finally:
+        release(shipped)
