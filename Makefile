@@ -26,7 +26,7 @@ test: setup
 bench: setup
 	$(PY) benchmarks/murmur3_bench.py
 	$(PY) benchmarks/ingest.py
-	cd benchmarks && ../$(PY) read.py && ../$(PY) read_e2e.py
+	cd benchmarks && ../$(PY) read.py && ../$(PY) read_e2e.py && ../$(PY) compact.py && ../$(PY) join.py
 
 clean:
 	rm -rf $(VENV) build demo-namespace .pytest_cache
