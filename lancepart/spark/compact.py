@@ -62,7 +62,7 @@ def compact(
     Each Spark task rewrites ``tables_per_task`` tables (``1``: one task per table). The default
     groups them into about four tasks per core (``spark.default.parallelism``): a task costs
     tens of milliseconds of scheduling, which dominates when the tables are small
-    (benchmarks/compact.py: 512 small tables in 50 s with one task per table, 4 s grouped).
+    (benchmarks/compact.py: 512 small tables in 25 s with one task per table, 4.3 s grouped).
 
     >>> # from lancepart import spark as lps; lps.compact(spark, "/data/events", target_rows_per_fragment=1 << 20)
     """
