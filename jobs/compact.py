@@ -13,28 +13,17 @@ to do, 2 a lancepart error (nothing published).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 
 
 def main(argv: list[str] | None = None) -> int:
     from lancepart.config import JobConfig
-    from lancepart.errors import LancepartError
-    from lancepart.jobs import run_compact
+    from lancepart.jobs import job_main, run_compact
 
     parser = argparse.ArgumentParser(prog="jobs/compact.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="job config YAML (see configs/compact-demo.yaml)")
     args = parser.parse_args(argv)
-    started = time.monotonic()
-    try:
-        summary = run_compact(JobConfig.load(args.config))
-    except LancepartError as e:
-        print(f"compact failed: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    summary["job_seconds"] = round(time.monotonic() - started, 2)
-    print(json.dumps(summary, indent=2, default=str))
-    return 0
+    return job_main("compact", lambda: run_compact(JobConfig.load(args.config)))
 
 
 if __name__ == "__main__":

@@ -14,33 +14,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
-import time
 
 
 def main(argv: list[str] | None = None) -> int:
     from lancepart.config import JobConfig
-    from lancepart.errors import LancepartError
-    from lancepart.jobs import run_ingest
+    from lancepart.jobs import job_main, run_ingest
 
     parser = argparse.ArgumentParser(prog="jobs/ingest.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="job config YAML (see configs/)")
     parser.add_argument("--batch-id", help="exactly-once id overriding the config's batch_id (Airflow passes one "
                                            "per logical date, so a retried task publishes once)")
     args = parser.parse_args(argv)
-    started = time.monotonic()
-    try:
+
+    def run() -> dict:
         cfg = JobConfig.load(args.config)
         if args.batch_id:
             cfg = dataclasses.replace(cfg, batch_id=args.batch_id)
-        summary = run_ingest(cfg)
-    except LancepartError as e:
-        print(f"ingest failed: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    summary["job_seconds"] = round(time.monotonic() - started, 2)
-    print(json.dumps(summary, indent=2, default=str))
-    return 0
+        return run_ingest(cfg)
+
+    return job_main("ingest", run)
 
 
 if __name__ == "__main__":

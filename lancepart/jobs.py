@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 from lancepart.config import JobConfig
-from lancepart.errors import ConfigError, NamespaceNotFoundError
+from lancepart.errors import ConfigError, LancepartError, NamespaceNotFoundError
 from lancepart.namespace import PartitionedNamespace
 
 log = logging.getLogger("lancepart.jobs")
+
+
+def job_main(name: str, run: Callable[[], dict[str, Any]]) -> int:
+    """The body of a ``jobs/*.py`` entry point: run the job and print its JSON summary with
+    ``job_seconds`` (exit code 0), or print the typed error on stderr (exit code 2; the job
+    published nothing).
+
+    >>> # sys.exit(job_main("compact", lambda: run_compact(JobConfig.load("configs/compact-demo.yaml"))))
+    """
+    started = time.monotonic()
+    try:
+        summary = run()
+    except LancepartError as e:
+        print(f"{name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    summary["job_seconds"] = round(time.monotonic() - started, 2)
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
 
 
 def open_or_create(cfg: JobConfig) -> tuple[PartitionedNamespace, bool]:
