@@ -166,6 +166,16 @@ class ManifestSnapshot:
     def tables(self) -> pa.Table:
         return self.rows.filter(pc.equal(self.rows.column("object_type"), "table"))
 
+    def with_read_versions(self, versions: Mapping[str, int]) -> pa.Table:
+        """The rows with the ``read_version`` of each table in ``versions`` (object_id -> table
+        version) replaced: what a publishing commit writes."""
+        index = self.row_index()
+        values = self.rows.column("read_version").to_pylist()
+        for oid, version in versions.items():
+            values[index[oid]] = version
+        j = self.rows.schema.get_field_index("read_version")
+        return self.rows.set_column(j, self.rows.schema.field(j), pa.array(values, pa.uint64()))
+
 
 class Manifest:
     """Handle on ``<root>/__manifest``."""

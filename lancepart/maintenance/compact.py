@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import lance
-import pyarrow as pa
 from lance.fragment import FragmentMetadata
 from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
@@ -314,10 +313,7 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         faults.checkpoint("after_table_commits")
         if not live:
             return None, False
-        for oid in live:
-            read_version[index[oid]] = done[oid][1]
-        j = snap.rows.schema.get_field_index("read_version")
-        rows = snap.rows.set_column(j, snap.rows.schema.field(j), pa.array(read_version, pa.uint64()))
+        rows = snap.with_read_versions({oid: done[oid][1] for oid in live})
         faults.checkpoint("before_manifest_commit")
         return rows, True
 

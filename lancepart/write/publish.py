@@ -136,13 +136,8 @@ def publish(
 
         for (oid, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
             done[oid] = (published, version)
-        for oid in by_oid:
-            read_version[index[oid]] = done[oid][1]
         faults.checkpoint("after_table_commits")
-        rows = snap.rows
-        for name, values in (("read_version", read_version),):
-            j = rows.schema.get_field_index(name)
-            rows = rows.set_column(j, rows.schema.field(j), pa.array(values, pa.uint64()))
+        rows = snap.with_read_versions({oid: done[oid][1] for oid in by_oid})
         if batch_id is not None:
             rows = _record_batch(rows, spec_namespace, batch_id, snap.version + 1)
         faults.checkpoint("before_manifest_commit")
