@@ -99,6 +99,24 @@ def ns(root):
     return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)
 
 
+def assert_read_versions_only_increase(ns) -> None:
+    """DESIGN-NOTES §8: across every ``__manifest`` version, no table's ``read_version`` ever
+    moves backwards (and at least one table has one, so the check cannot pass vacuously)."""
+    import lance
+
+    from lancepart.manifest import join_uri
+
+    history: dict[str, list[int]] = {}
+    ds = lance.dataset(join_uri(ns.root, "__manifest"), storage_options=ns.storage_options)
+    for v in range(1, ds.version + 1):
+        for row in ds.checkout_version(v).to_table(columns=["object_id", "read_version"]).to_pylist():
+            if row["read_version"] is not None:
+                history.setdefault(row["object_id"], []).append(row["read_version"])
+    assert history, "no table has a read_version in any __manifest version"
+    backwards = {oid: h for oid, h in history.items() if h != sorted(h)}
+    assert not backwards, f"read_version moved backwards across __manifest versions: {backwards}"
+
+
 def expected_keys(data: pa.Table) -> list[tuple]:
     """Partition key of every row of ``data`` under EVENTS_SPEC, computed independently of
     lancepart: the date itself, and mmh3 over the int64 little-endian bytes of user_id."""

@@ -26,7 +26,7 @@ from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.compact import finish_compaction, plan_compaction, rewrite_table
 from lancepart.sample import demo_events
-from tests.conftest import EVENTS_SPEC, expected_keys
+from tests.conftest import EVENTS_SPEC, assert_read_versions_only_increase, expected_keys
 
 HERE = Path(__file__).resolve().parent
 APPENDS, ROWS, DAYS = 20, 200, 3  # 20 small appends into 3 days x 4 buckets = 12 partitions
@@ -97,16 +97,6 @@ def set_manifest(ns: PartitionedNamespace, column: str, values: dict[str, object
     ns.refresh()
 
 
-def read_versions_only_increase(ns: PartitionedNamespace) -> bool:
-    history: dict[str, list[int]] = {}
-    ds = lance.dataset(os.path.join(ns.root, "__manifest"))
-    for v in range(1, ds.version + 1):
-        for row in ds.checkout_version(v).to_table(columns=["object_id", "read_version"]).to_pylist():
-            if row["read_version"] is not None:
-                history.setdefault(row["object_id"], []).append(row["read_version"])
-    return bool(history) and all(h == sorted(h) for h in history.values())
-
-
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -149,7 +139,7 @@ def test_small_appends_compact_with_identical_data(small):
     assert sum(df.file_size_bytes for fs in frags.values() for f in fs for df in f.files) == d["bytes_after"]
     assert sorted_rows(ns).equals(expected)
     assert all(p.read_version > before[p.object_id] for p in ns.partitions())
-    assert read_versions_only_increase(ns)
+    assert_read_versions_only_increase(ns)
 
 
 def test_second_compaction_is_a_noop(small):
@@ -239,7 +229,7 @@ def test_rebase_over_append_and_drop_over_overwrite(small):
     mask = pa.array([k not in gone for k in expected_keys(kept)])
     expected = pa.concat_tables([kept.filter(mask), over.cast(old.schema)]).sort_by("id")
     assert sorted_rows(ns).equals(expected)
-    assert read_versions_only_increase(ns)
+    assert_read_versions_only_increase(ns)
 
 
 # --------------------------------------------------------------------------- real processes
@@ -266,7 +256,7 @@ def test_writer_publishing_during_compaction_loses_nothing(small, step):
     assert r["retries"] >= (1 if step == "before_manifest_commit" else 0)
     assert sorted_rows(ns).equals(pa.concat_tables([old, new.cast(old.schema)]).sort_by("id"))
     assert all(len(f) == 2 for f in published_fragments(ns).values())  # ours + the writer's
-    assert read_versions_only_increase(ns)
+    assert_read_versions_only_increase(ns)
 
 
 def test_writer_holding_an_older_base_loses_nothing(small):
@@ -287,7 +277,7 @@ def test_writer_holding_an_older_base_loses_nothing(small):
     new = demo_events(600, seed=50_000, start_id=50_000, days=DAYS)
     assert sorted_rows(ns).equals(pa.concat_tables([old, new.cast(old.schema)]).sort_by("id"))
     assert all(len(f) == 2 for f in published_fragments(ns).values())  # ours + the writer's
-    assert read_versions_only_increase(ns)
+    assert_read_versions_only_increase(ns)
 
 
 def test_killed_writer_fragments_are_never_published(small):

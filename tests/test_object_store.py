@@ -27,7 +27,7 @@ from lancepart import PartitionedNamespace
 from lancepart.errors import StorageUnavailableError
 from lancepart.manifest import COMMIT_LOCK_DIR_OPTION, Manifest, join_uri
 from lancepart.sample import demo_events
-from tests.conftest import EVENTS_SPEC, expected_keys
+from tests.conftest import EVENTS_SPEC, assert_read_versions_only_increase, expected_keys
 from tests.s3_server import S3Server, moto_s3
 
 HERE = Path(__file__).resolve().parent
@@ -262,13 +262,7 @@ def test_concurrent_writer_processes_lose_and_double_nothing(s3, s3_ns):
     parts = ns.partitions()
     assert len(parts) == len({p.object_id for p in parts}) == 12
     assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}
-    history: dict[str, list[int]] = {}
-    ds = lance.dataset(join_uri(ns.root, "__manifest"), storage_options=ns.storage_options)
-    for v in range(1, ds.version + 1):
-        for row in ds.checkout_version(v).to_table(columns=["object_id", "read_version"]).to_pylist():
-            if row["read_version"] is not None:
-                history.setdefault(row["object_id"], []).append(row["read_version"])
-    assert history and all(h == sorted(h) for h in history.values())
+    assert_read_versions_only_increase(ns)
     assert_no_secret(s3.secret, *(out for _, _, out in results))  # stdout + Lance debug logs on stderr
 
 

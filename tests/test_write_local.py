@@ -21,7 +21,7 @@ from lancepart import CommitConflictError, PartitionedNamespace, SchemaMismatchE
 from lancepart.errors import InvalidArgumentError
 from lancepart.sample import demo_events
 from lancepart.write.faults import InjectedFault
-from tests.conftest import expected_keys
+from tests.conftest import assert_read_versions_only_increase, expected_keys
 
 HERE = Path(__file__).resolve().parent
 def published_counts(ns: PartitionedNamespace) -> Counter:
@@ -221,13 +221,7 @@ def test_concurrent_writers_lose_and_double_nothing(ns):
     assert ids_of(ns) == expected
     oids = [p.object_id for p in ns.partitions()]
     assert len(oids) == len(set(oids)) == 12
-    history: dict[str, list[int]] = {}
-    ds = lance.dataset(os.path.join(ns.root, "__manifest"))
-    for v in range(1, ds.version + 1):
-        for row in ds.checkout_version(v).to_table(columns=["object_id", "read_version"]).to_pylist():
-            if row["read_version"] is not None:
-                history.setdefault(row["object_id"], []).append(row["read_version"])
-    assert history and all(h == sorted(h) for h in history.values())
+    assert_read_versions_only_increase(ns)
 
 
 def test_same_batch_id_in_two_processes_publishes_once(ns):
