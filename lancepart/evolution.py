@@ -27,12 +27,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import lance
 import pyarrow as pa
 
 from lancepart import ids as _ids
-from lancepart.errors import CommitConflictError, InvalidSpecError
-from lancepart.manifest import Manifest, ManifestSnapshot, metadata_json
+from lancepart.errors import CommitConflictError, CorruptNamespaceError, InvalidSpecError
+from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, metadata_json
 from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 
 log = logging.getLogger("lancepart.evolution")
@@ -122,7 +121,7 @@ def resolve_fields(fields: Sequence[PartitionField | Mapping[str, Any]], schema:
 
 def _add_columns(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> None:
     """Step 1: the spec's partition columns, all NULL, through Lance schema evolution."""
-    for _ in range(max_retries + 1):
+    for attempt in range(max_retries + 1):
         ds = manifest.dataset()
         have = {f.name: f.type for f in ds.schema}
         missing = []
@@ -138,11 +137,10 @@ def _add_columns(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> N
         try:
             ds.add_columns(missing)
             return
-        except lance.commit.CommitConflictError:
-            continue
-        except OSError as e:  # Lance wraps some conflicts
-            if "conflict" not in str(e).lower():
+        except OSError as e:  # Lance's commit conflicts are OSErrors
+            if not is_commit_conflict(e):
                 raise
+            backoff(attempt)
     raise CommitConflictError(f"adding partition columns for spec v{spec.id} to {manifest.uri}: "
                               f"{max_retries + 1} attempts conflicted; nothing was published")
 
@@ -173,9 +171,27 @@ class _Taken(Exception):
     """Internal: spec id already names another spec (a concurrent evolution got there first)."""
 
 
-def _publish(manifest: Manifest, spec: PartitionSpec) -> None:
-    """Step 3: the root property ``partition_spec_v<N>`` (idempotent upsert of one key)."""
-    manifest.dataset().update_metadata({spec.key: spec.to_json_string()})
+def _publish(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> None:
+    """Step 3: the root property ``partition_spec_v<N>`` (idempotent). Two processes may finish
+    the same pending spec at once (its creator and one that rolls it forward); Lance refuses one
+    of two concurrent metadata updates, and the loser finds the property set and is done."""
+    for attempt in range(max_retries + 1):
+        ds = manifest.dataset()
+        published = ds.metadata.get(spec.key)
+        if published is not None:
+            if PartitionSpec.from_json(published) == spec:
+                return
+            raise CorruptNamespaceError(f"{manifest.uri}: {spec.key} is published as {published}, but the v{spec.id} "
+                                        f"namespace row holds {spec.to_json_string()}")
+        try:
+            ds.update_metadata({spec.key: spec.to_json_string()})
+            return
+        except OSError as e:  # Lance's commit conflicts are OSErrors
+            if not is_commit_conflict(e):
+                raise
+            backoff(attempt)
+    raise CommitConflictError(f"publishing {spec.key} in {manifest.uri}: {max_retries + 1} attempts conflicted "
+                              f"with concurrent commits")
 
 
 def _roll_forward(manifest: Manifest, snap: ManifestSnapshot, published: dict[int, PartitionSpec],
@@ -183,7 +199,7 @@ def _roll_forward(manifest: Manifest, snap: ManifestSnapshot, published: dict[in
     for sid, spec in sorted(_pending_specs(snap, published).items()):
         log.warning("finishing the evolution to spec v%d found pending in %s", sid, manifest.uri)
         _add_columns(manifest, spec, max_retries)
-        _publish(manifest, spec)
+        _publish(manifest, spec, max_retries)
         published[sid] = spec
     return published
 
@@ -213,7 +229,7 @@ def evolve(manifest: Manifest, schema: pa.Schema, fields: Sequence[PartitionFiel
             _add_row(manifest, spec, max_retries)
         except _Taken:
             continue  # someone else evolved to this id first: roll it forward, take the next id
-        _publish(manifest, spec)
+        _publish(manifest, spec, max_retries)
         log.info("partition spec v%d published in %s: %s", spec.id, manifest.uri, spec.to_json_string())
         return spec
     raise CommitConflictError(f"evolving {manifest.uri}: {max_retries + 1} attempts lost to concurrent "

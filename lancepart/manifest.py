@@ -31,6 +31,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
 
+# Lance's commit conflict lives in a submodule that `import lance` does not load: until it is
+# loaded, an `except lance.commit.CommitConflictError` clause fails on any other error reaching it.
+from lance.commit import CommitConflictError as LanceCommitConflictError
+
 from lancepart.errors import (
     CommitConflictError,
     CorruptNamespaceError,
@@ -134,6 +138,20 @@ def storage_problem(e: BaseException, uri: str) -> StorageUnavailableError | Non
                                    endpoint=endpoint.group(1) if endpoint else "(default AWS endpoint)")
             return StorageUnavailableError(f"{uri}: {what}")
     return None
+
+
+def is_commit_conflict(e: BaseException) -> bool:
+    """Whether Lance refused a commit because a concurrent one landed first: its
+    ``CommitConflictError``, or the ``OSError`` it raises for two transactions it cannot rebase
+    over each other (for example two concurrent metadata updates: "Incompatible transaction")."""
+    if isinstance(e, LanceCommitConflictError):
+        return True
+    return isinstance(e, OSError) and any(w in str(e).lower() for w in ("incompatible transaction", "conflict"))
+
+
+def backoff(attempt: int, base_delay: float = 0.05, max_delay: float = 2.0) -> None:
+    """Sleep before retry ``attempt`` (0-based): exponential backoff with full jitter."""
+    time.sleep(random.uniform(0, min(max_delay, base_delay * 2**attempt)))
 
 
 class ManifestConflict(Exception):
@@ -256,7 +274,7 @@ class Manifest:
         try:
             new = lance.LanceDataset.commit(self.uri, op, read_version=base.version,
                                             storage_options=self.storage_options, commit_lock=self.commit_lock)
-        except lance.commit.CommitConflictError as e:
+        except LanceCommitConflictError as e:
             raise ManifestConflict(str(e)) from e
         return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),
                                 fragment_ids=tuple(f.fragment_id for f in new.get_fragments()))
@@ -288,7 +306,7 @@ class Manifest:
             except ManifestConflict:
                 if attempt == max_retries:
                     break
-                time.sleep(random.uniform(0, min(max_delay, base_delay * 2**attempt)))
+                backoff(attempt, base_delay, max_delay)
         raise CommitConflictError(
             f"{what}: {max_retries + 1} attempts conflicted with concurrent commits to {self.uri}; "
             f"nothing was published"

@@ -16,8 +16,6 @@ exactly ``published âˆª ours`` (append), ``ours`` (overwrite) or ``(published âˆ
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Mapping, Sequence
 
 import lance
@@ -25,7 +23,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, FragmentsGoneError
-from lancepart.manifest import commit_lock, join_uri
+from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
 
@@ -34,10 +32,6 @@ def _ident(frag: FragmentMetadata) -> Ident:
     """A fragment's identity: its data files plus its deletion file, if any."""
     df = frag.deletion_file
     return frozenset(f.path for f in frag.files), None if df is None else (df.read_version, df.id)
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(1.0, 0.01 * 2**attempt)))
 
 
 def commit_table(
@@ -90,10 +84,10 @@ def commit_table(
             add = [f for f in fragments if _ident(f) not in have]
             ours = lance.LanceDataset.commit(uri, LanceOperation.Update(removed_fragment_ids=remove, new_fragments=add),
                                              read_version=latest.version, storage_options=so, commit_lock=lock)
-        except lance.commit.CommitConflictError:
-            _backoff(attempt)
+        except LanceCommitConflictError:
+            backoff(attempt, 0.01, 1.0)
             continue
         if {_ident(f.metadata) for f in ours.get_fragments()} == wanted:
             return ours.version
-        _backoff(attempt)
+        backoff(attempt, 0.01, 1.0)
     raise CommitConflictError(f"partition table {location}: {max_attempts} commits conflicted; nothing published")
