@@ -312,16 +312,26 @@ class PartitionedNamespace:
         """
         from lancepart.read.snapshot import scan
 
+        parts, filter, scan_filter = self.scan_plan(filter)
+        return scan(self.root, parts, self._schema, filter=filter, columns=columns,
+                    storage_options=self.storage_options, scan_filter=scan_filter)
+
+    def scan_plan(self, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:
+        """What a read of ``filter`` scans, from one pruning pass over ``__manifest``: the kept
+        partition tables, the filter (``None`` when blank) and its inclusive form to push into
+        each Lance scanner (``None`` without a filter). ``to_table``, ``lancepart.spark.read``
+        and ``lancepart.spark.join`` all read through it.
+
+        >>> # parts, filter, scan_filter = ns.scan_plan("event_date = DATE '2025-12-10'")
+        """
         if filter is not None and not filter.strip():
             filter = None
         if filter is None:
-            return scan(self.root, self.partitions(), self._schema, columns=columns,
-                        storage_options=self.storage_options)
+            return self.partitions(), None, None
         from lancepart.read.prune import prune
 
         result = prune(filter, self._schema, self._specs, self._snapshot.rows)
-        return scan(self.root, self._partition_infos(result.kept), self._schema, filter=filter, columns=columns,
-                    storage_options=self.storage_options, scan_filter=result.scan_filter)
+        return self._partition_infos(result.kept), filter, result.scan_filter
 
     # ------------------------------------------------------------------ maintenance
     def compact(self, filter: str | None = None, target_rows_per_fragment: int = 1_048_576,

@@ -38,7 +38,6 @@ from lancepart.spark.read import (
     empty_frame,
     info_to_json,
     output_schema,
-    pruned,
     read,
     scan_batches,
     spark_schema,
@@ -165,8 +164,8 @@ def join(
     """
     left_ns = PartitionedNamespace.open(left_root, storage_options)
     right_ns = PartitionedNamespace.open(right_root, storage_options)
-    lparts, filter_left, lscan = pruned(left_ns, filter_left)
-    rparts, filter_right, rscan = pruned(right_ns, filter_right)
+    lparts, filter_left, lscan = left_ns.scan_plan(filter_left)
+    rparts, filter_right, rscan = right_ns.scan_plan(filter_right)
     plan = plan_join(left_ns, right_ns, on, how, filter_left, filter_right, spj, left_partitions=lparts,
                      right_partitions=rparts)
     lcols = _read_columns(columns_left, [p[0] for p in plan.pairs])

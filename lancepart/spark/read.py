@@ -270,18 +270,6 @@ def _read_task(root: str, schema_bytes: bytes, filter: str | None, scan_filter: 
     return run
 
 
-def pruned(ns: PartitionedNamespace, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:
-    """``(kept partition tables, filter, scan_filter)`` for ``filter`` on ``ns``, as
-    :meth:`PartitionedNamespace.to_table` prunes (a blank filter is no filter)."""
-    if filter is not None and not filter.strip():
-        filter = None
-    if filter is None:
-        return ns.partitions(), None, None
-    from lancepart.read.prune import prune
-
-    return ns.partitions(filter), filter, prune(filter, ns.schema, ns.specs, ns.snapshot().rows).scan_filter
-
-
 # --------------------------------------------------------------------------- entry point
 def read(
     spark,
@@ -307,7 +295,7 @@ def read(
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     out = output_schema(ns.schema, columns)
     struct = spark_schema(out)
-    parts, filter, scan_filter = pruned(ns, filter)
+    parts, filter, scan_filter = ns.scan_plan(filter)
     so = ns.storage_options
     tasks = plan_read(ns.root, parts, split_rows, so)
     log.info("read %s: %d partition tables kept, %d tasks", ns.root, len(parts), len(tasks))
