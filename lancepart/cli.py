@@ -485,19 +485,16 @@ def _cmd_ingest(args: argparse.Namespace) -> Any:
 
 # --------------------------------------------------------------------------- maintenance
 def _cmd_compact(args: argparse.Namespace) -> Any:
-    ns = _open(args)
-    filter, target, options = args.filter, args.target_rows_per_fragment, {}
-    if args.config:  # the config's compact: section (as jobs/compact.py reads it) fills what is not given
-        from lancepart.config import JobConfig
+    from lancepart.config import CompactConfig, JobConfig
 
-        cc = JobConfig.load(args.config).compact
-        filter = filter if filter is not None else cc.filter
-        target = target or cc.target_rows_per_fragment
-        options = {"min_small_fragments": cc.min_small_fragments,
-                   "materialize_deletions_threshold": cc.materialize_deletions_threshold}
+    ns = _open(args)
+    # the config's compact: section (as jobs/compact.py reads it), else the defaults, fills what is not given
+    cc = JobConfig.load(args.config).compact if args.config else CompactConfig()
+    filter = args.filter if args.filter is not None else cc.filter
     _Progress(args.quiet)(f"compacting {ns.root}" + (f" where {filter}" if filter else ""))
-    result = ns.compact(filter, target_rows_per_fragment=target or 1_048_576, max_retries=args.max_retries,
-                        **options)
+    result = ns.compact(filter, target_rows_per_fragment=args.target_rows_per_fragment or cc.target_rows_per_fragment,
+                        max_retries=args.max_retries, min_small_fragments=cc.min_small_fragments,
+                        materialize_deletions_threshold=cc.materialize_deletions_threshold)
     out = {"root": ns.root, **result.to_dict()}
     if args.json:
         return out
@@ -519,7 +516,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> Any:
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {stats.versions_removed} versions and {stats.files_removed} files "
           f"({_human_bytes(stats.bytes_removed)}) in {stats.tables_scanned} tables of {ns.root}")
-    for e in getattr(stats, "errors", None) or []:
+    for e in stats.errors:
         print(f"  left: {e}")
     return None
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import yaml
 
 from lancepart.errors import ConfigError, InvalidSpecError
+from lancepart.maintenance.compact import DEFAULT_DELETIONS_THRESHOLD, DEFAULT_MIN_SMALL_FRAGMENTS, DEFAULT_TARGET_ROWS
 from lancepart.spec import PartitionSpec, arrow_type_from_json
 
 
@@ -57,9 +58,9 @@ class CompactConfig:
     """The ``compact:`` section (jobs/compact.py): which partitions, and the fragment size to aim for."""
 
     filter: str | None = None
-    target_rows_per_fragment: int = 1_048_576
-    min_small_fragments: int = 2
-    materialize_deletions_threshold: float = 0.1
+    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS
+    min_small_fragments: int = DEFAULT_MIN_SMALL_FRAGMENTS
+    materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD
     tables_per_task: int | None = None  # Spark tasks each rewrite this many tables; None: ~4 tasks per core
 
     @classmethod
