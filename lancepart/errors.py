@@ -71,3 +71,37 @@ class StorageUnavailableError(LancepartError, OSError):
 class FragmentsGoneError(LancepartError):
     """Fragments a compaction rewrote are no longer in the partition table's published version
     (an overwrite or another compaction replaced them); the message names the table."""
+
+
+class UnsafeRetentionError(LancepartError, ValueError):
+    """A cleanup asked to remove versions or files younger than the namespace's retention floor
+    (default one hour) without ``allow_short_retention=True``; the message names the floor."""
+
+
+class DataFilesMissingError(LancepartError):
+    """Files a publish or read needs are gone from storage (for example removed by a cleanup
+    with a retention shorter than the job); the message names the table and a file. Nothing
+    was published."""
+
+
+class StorageFullError(LancepartError, OSError):
+    """The storage under the namespace root is full (ENOSPC); the message names the path."""
+
+
+class StoragePermissionError(LancepartError, PermissionError):
+    """The storage refused access (EACCES / EPERM); the message names the path."""
+
+
+class CorruptTableError(CorruptNamespaceError):
+    """A partition table (or one of its data files) cannot be read; the message names the
+    table's object_id and location."""
+
+
+class InvalidFilterError(LancepartError, ValueError):
+    """A filter cannot be applied to the namespace schema (unknown column, a literal that does
+    not fit its column's type); the message names the column and the literal."""
+
+
+class MissingDependencyError(LancepartError, ImportError):
+    """A package lancepart needs is not importable where the code runs (for example on a Spark
+    executor); the message names the package and the host."""

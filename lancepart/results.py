@@ -24,7 +24,8 @@ class PartitionInfo:
 
 @dataclass(frozen=True)
 class CommitResult:
-    """What one publish did. ``skipped`` is True when ``batch_id`` was already committed."""
+    """What one publish did. ``skipped`` is True when ``batch_id`` was already committed;
+    ``failures`` maps the object_id of each table a maintenance run had to leave out to why."""
 
     manifest_version: int
     rows_written: int = 0
@@ -35,6 +36,7 @@ class CommitResult:
     skipped: bool = False
     seconds: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
