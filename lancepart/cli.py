@@ -9,6 +9,7 @@
     lancepart cleanup ROOT [--older-than 7d] [--dry-run]
     lancepart evolve ROOT --spec FILE|JSON
     lancepart migrate ROOT [--dry-run]
+    lancepart repair ROOT [--dry-run]
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -569,6 +570,34 @@ def _cmd_migrate(args: argparse.Namespace) -> Any:
     return None
 
 
+def _cmd_repair(args: argparse.Namespace) -> Any:
+    from lancepart.manifest import normalize_root
+    from lancepart.repair import repair_root
+
+    root, so = _target(args)
+    root = normalize_root(root)
+    report = repair_root(root, so, dry_run=args.dry_run)
+    out = {"root": root, **report.to_dict()}
+    if args.json:
+        return out
+    if not report.needed:
+        print(f"{root}: __manifest has all its columns, nothing to restore"
+              + ("; DirectoryNamespace writer flag " + ("would be " if args.dry_run else "") + "set"
+                 if report.writer_flag_added else ""))
+        return None
+    verb = "would restore" if args.dry_run else "restored"
+    print(f"{root}: {verb} columns {', '.join(report.columns_restored)} from __manifest version "
+          f"{report.from_version} (stripped version {report.current_version}): {report.rows_restored} rows "
+          f"restored, {len(report.rows_carried_over)} rows added by the other writer carried over, "
+          f"{len(report.rows_removed)} rows it removed left out"
+          + (f"; published as version {report.new_version}" if report.new_version is not None else ""))
+    for oid in report.rows_carried_over:
+        print(f"  carried over: {oid}")
+    for oid in report.rows_removed:
+        print(f"  removed by the other writer: {oid}")
+    return None
+
+
 # --------------------------------------------------------------------------- parser
 def _common(with_config: bool) -> argparse.ArgumentParser:
     """Options every subcommand accepts (after its name too: ``lancepart describe ROOT --json``)."""
@@ -674,6 +703,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     mg = add("migrate", "bring a namespace written by an older layout up to date", _cmd_migrate)
     mg.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
+
+    rp = add("repair", "restore a __manifest another tool stripped of lancepart's columns", _cmd_repair,
+             description="Restore read_version/read_branch/read_tag and the partition_field_* columns of a "
+                         "__manifest that a directory-namespace-only tool rewrote, from its history, keeping "
+                         "the rows that tool added; one commit. Also sets the flag that makes Lance's "
+                         "DirectoryNamespace refuse to rewrite it.")
+    rp.add_argument("--dry-run", action="store_true", help="report what would be restored, change nothing")
     return p
 
 

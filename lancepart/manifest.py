@@ -59,6 +59,14 @@ VERSION_FIELDS: tuple[pa.Field, ...] = (
     pa.field("read_branch", pa.utf8()),
     pa.field("read_tag", pa.utf8()),
 )
+# Lance's directory namespace (``lance.namespace.DirectoryNamespace``) refuses to modify a
+# ``__manifest`` whose table metadata holds a writer feature flag it does not understand; it
+# rewrites the table with its five standard columns otherwise, dropping every column above.
+# Only that namespace implementation reads the key: plain Lance datasets (lancepart's own
+# commits) ignore it, and reading through DirectoryNamespace still works. Bit 62 is far above
+# the bits Lance assigns (from bit 0 upwards). docs/foreign-writers.md.
+NAMESPACE_WRITER_FLAGS_KEY = "lance.namespace.manifest.writer_feature_flags"
+LANCEPART_WRITER_FLAG = 1 << 62
 INDEXES: tuple[tuple[str, str], ...] = (("object_id", "BTREE"), ("object_type", "BITMAP"),
                                         ("base_objects", "LABEL_LIST"))
 
@@ -223,8 +231,14 @@ class Manifest:
             return False
         return True
 
-    def snapshot(self, version: int | None = None) -> ManifestSnapshot:
+    def snapshot(self, version: int | None = None, *, check: bool = True) -> ManifestSnapshot:
+        """The rows, metadata and fragments of ``version`` (latest by default). With ``check``,
+        a partitioned namespace whose ``__manifest`` lost columns it needs (a tool that knows
+        only the five standard columns rewrote it) raises :class:`CorruptNamespaceError`
+        naming them (:func:`check_columns`)."""
         ds = self.dataset(version)
+        if check:
+            check_columns(ds.schema, ds.metadata, self.uri, ds.version)
         try:
             rows = ds.to_table()
         except (OSError, ValueError) as e:
@@ -250,7 +264,8 @@ class Manifest:
             if (problem := storage_problem(e, self.root)) is not None:
                 raise problem from None
             raise
-        ds.update_metadata(dict(metadata))
+        # the writer flag keeps Lance's DirectoryNamespace from rewriting it (docs/foreign-writers.md)
+        ds.update_metadata({**metadata, NAMESPACE_WRITER_FLAGS_KEY: str(LANCEPART_WRITER_FLAG)})
         self.ensure_indexes()
         return self.snapshot()
 
@@ -275,6 +290,25 @@ class Manifest:
             new = lance.LanceDataset.commit(self.uri, op, read_version=base.version,
                                             storage_options=self.storage_options, commit_lock=self.commit_lock)
         except LanceCommitConflictError as e:
+            raise ManifestConflict(str(e)) from e
+        return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),
+                                fragment_ids=tuple(f.fragment_id for f in new.get_fragments()))
+
+    def restore(self, base: ManifestSnapshot, rows: pa.Table) -> ManifestSnapshot:
+        """Replace the rows *and the schema* of ``base`` by ``rows`` in one commit (a Lance
+        ``Overwrite``; the table metadata of ``base`` is kept), or raise :class:`ManifestConflict`
+        if anything committed since ``base``: Lance may not rebase this commit over another.
+        The repair of a stripped ``__manifest`` publishes through here (lancepart.repair)."""
+        frags = (lance.fragment.write_fragments(rows, self.uri, schema=rows.schema, mode="overwrite",
+                                                storage_options=self.storage_options)
+                 if rows.num_rows else [])
+        op = LanceOperation.Overwrite(rows.schema, frags)
+        try:
+            new = lance.LanceDataset.commit(self.uri, op, read_version=base.version, max_retries=0,
+                                            storage_options=self.storage_options, commit_lock=self.commit_lock)
+        except (LanceCommitConflictError, OSError) as e:
+            if not is_commit_conflict(e):
+                raise
             raise ManifestConflict(str(e)) from e
         return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),
                                 fragment_ids=tuple(f.fragment_id for f in new.get_fragments()))
@@ -311,6 +345,45 @@ class Manifest:
             f"{what}: {max_retries + 1} attempts conflicted with concurrent commits to {self.uri}; "
             f"nothing was published"
         )
+
+
+def required_columns(metadata: Mapping[str, str]) -> list[str]:
+    """The columns ``__manifest`` of a partitioned namespace must have beyond the standard five:
+    ``read_version``, ``read_branch``, ``read_tag`` and the ``partition_field_*`` column of every
+    field of every published spec (``partition_spec_v<N>`` in ``metadata``). Empty for a plain
+    directory namespace (no spec published). A spec that cannot be parsed adds no column
+    (opening the namespace reports it)."""
+    spec_keys = sorted(k for k in metadata if k.startswith("partition_spec_v"))
+    if not spec_keys:
+        return []
+    cols = [f.name for f in VERSION_FIELDS]
+    for k in spec_keys:
+        try:
+            fields = json.loads(metadata[k]).get("fields") or []
+            names = [f"partition_field_{f['field_id']}" for f in fields]
+        except (ValueError, TypeError, AttributeError, KeyError):
+            continue
+        cols += [c for c in names if c not in cols]
+    return cols
+
+
+def missing_columns(schema: pa.Schema, metadata: Mapping[str, str]) -> list[str]:
+    """:func:`required_columns` that ``schema`` lacks, in order."""
+    have = set(schema.names)
+    return [c for c in required_columns(metadata) if c not in have]
+
+
+def check_columns(schema: pa.Schema, metadata: Mapping[str, str], uri: str, version: int | None = None) -> None:
+    """Raise :class:`CorruptNamespaceError` naming the columns a partitioned ``__manifest`` lost
+    (spec partitioning.md "Manifest Table Schema") and how to restore them."""
+    missing = missing_columns(schema, metadata)
+    if missing:
+        at = f" version {version}" if version is not None else ""
+        raise CorruptNamespaceError(
+            f"__manifest at {uri}{at} lacks the columns {', '.join(missing)}: a tool that knows only the "
+            f"five directory-namespace columns rewrote it. Nothing was read or written; restore them from "
+            f"__manifest history with `lancepart repair ROOT` (or lancepart.repair.repair_root(ROOT)), "
+            f"see docs/foreign-writers.md")
 
 
 def rows_from_records(schema: pa.Schema, records: Sequence[Mapping[str, Any]]) -> pa.Table:

@@ -394,6 +394,23 @@ class PartitionedNamespace:
         self.refresh()
         return stats
 
+    def repair(self, dry_run: bool = False) -> Any:
+        """Restore ``__manifest`` after a tool that knows only the directory namespace rewrote it
+        without lancepart's columns (``read_version``, ``read_branch``, ``read_tag``,
+        ``partition_field_*``): from the newest earlier version that has them, keeping the rows
+        and table metadata that tool added, in one commit. Returns a
+        :class:`lancepart.repair.RepairReport`; ``dry_run=True`` only reports. A namespace that
+        cannot be opened any more is repaired with :func:`lancepart.repair.repair_root`.
+
+        >>> # ns.repair(dry_run=True).columns_restored
+        """
+        from lancepart.repair import repair
+
+        report = repair(self._manifest, dry_run=dry_run)
+        if not dry_run:
+            self.refresh()
+        return report
+
     def __repr__(self) -> str:
         return (f"PartitionedNamespace({self.root!r}, specs={sorted(self._specs)}, "
                 f"manifest_version={self._snapshot.version})")
