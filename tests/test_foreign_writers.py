@@ -16,6 +16,7 @@ import datetime
 import io
 import json
 import os
+import secrets
 import subprocess
 import sys
 from datetime import timedelta
@@ -199,3 +200,181 @@ def _is_version(name: str, version: int) -> bool:
     """Whether a ``_versions`` file name is that of ``version`` (either naming scheme Lance uses)."""
     stem = name.split(".")[0]
     return stem.isdigit() and (int(stem) == version or int(stem) == 2**64 - 1 - version)
+
+
+# ----------------------------------------------------------------------------- items 7 and 8
+def random_id() -> str:
+    """A partition namespace id as the spec makes them: 16 random base36 characters."""
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+    return "".join(secrets.choice(alphabet) for _ in range(16))
+
+
+def foreign_partition(ns: PartitionedNamespace, values: dict, ids: list[int] | None, *,
+                      parents: list[str] | None = None) -> str:
+    """What another spec-following writer does with plain pylance: a partition table under random
+    namespace ids (``parents``: ids of levels that already exist), its rows, and ``__manifest``
+    rows appended with the partition values inherited down the levels. ``ids=None`` declares the
+    table only (row with NULL read_version, no directory). Returns the table object_id."""
+    spec = ns.current_spec
+    parents = list(parents or [])
+    names = parents + [random_id() for _ in range(len(spec.fields) - len(parents))]
+    m = manifest_ds(ns.root)
+    new = []
+    for level in range(len(parents), len(spec.fields)):
+        row = {"object_id": "$".join([spec.namespace, *names[: level + 1]]), "object_type": "namespace",
+               "metadata": "{}"}
+        row.update({f.column_name: values[f.field_id] for f in spec.fields[: level + 1]})
+        new.append(row)
+    oid = "$".join([spec.namespace, *names, "dataset"])
+    location = f"{secrets.token_hex(4)}_{oid}"
+    version = None
+    if ids is not None:
+        data = pa.table({"id": ids, "event_date": [values.get("event_date", D10)] * len(ids),
+                         "country": [values.get("country", "XX")] * len(ids)}, schema=ns.schema)
+        version = lance.write_dataset(data, join_uri(ns.root, location)).version
+    row = {"object_id": oid, "object_type": "table", "location": location, "read_version": version}
+    row.update({f.column_name: values[f.field_id] for f in spec.fields})
+    new.append(row)
+    lance.write_dataset(pa.Table.from_pylist(new, schema=m.schema), join_uri(ns.root, "__manifest"), mode="append")
+    ns.refresh()
+    return oid
+
+
+def tables_of(ns: PartitionedNamespace) -> dict:
+    """Published partition tables, by their values (plain pylance over __manifest)."""
+    out: dict = {}
+    for p in ns.refresh().partitions():
+        out.setdefault(tuple(sorted(p.values.items())), []).append(p.object_id)
+    return out
+
+
+def read_ids(ns: PartitionedNamespace, filter: str | None = None) -> list[int]:
+    return sorted(ns.refresh().to_table(filter).column("id").to_pylist())
+
+
+def test_write_finds_foreign_partition_by_value(tmp_path):
+    """Issue 11 item 7 / spec partitioning.md "Namespace Naming": a partition another writer made
+    under a random id (including the NULL partition) gets lancepart's rows in its own table;
+    overwrite replaces its rows; no second table appears."""
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, BY_DATE)
+    f10 = foreign_partition(ns, {"event_date": D10}, [100, 101])
+    fnull = foreign_partition(ns, {"event_date": None}, [200])
+    assert read_ids(ns) == [100, 101, 200]
+    r = ns.write(rows([1, 2, 3], [D10, None, D11], ["US", "FR", "US"]))
+    assert r.partitions_created == 1  # only 2025-12-11 is new
+    tables = tables_of(ns)
+    assert tables[(("event_date", D10),)] == [f10]
+    assert tables[(("event_date", None),)] == [fnull]
+    assert len(tables) == 3 and all(len(v) == 1 for v in tables.values())
+    assert read_ids(ns) == [1, 2, 3, 100, 101, 200]
+    ns.write(rows([9], [D10], ["US"]), mode="overwrite")
+    assert read_ids(ns) == [2, 3, 9, 200]
+    ns.write(rows([8], [None], ["US"]), mode="overwrite")
+    assert read_ids(ns) == [3, 8, 9]
+    assert len(ns.partitions()) == 3
+    # plain pylance: the foreign table holds the rows at its published version
+    p = next(p for p in ns.partitions() if p.object_id == f10)
+    assert lance.dataset(join_uri(ns.root, p.location), version=p.read_version).to_table()["id"].to_pylist() == [9]
+
+
+BY_YEAR_COUNTRY = {"id": 1, "fields": [
+    {"field_id": "event_year", "source_ids": [1], "transform": {"type": "year"}, "result_type": {"type": "int32"}},
+    {"field_id": "country", "source_ids": [2], "transform": {"type": "identity"}, "result_type": {"type": "utf8"}}]}
+
+
+def test_multi_level_foreign_ids(tmp_path):
+    """Issue 11 item 7 / spec "Namespace Naming", "Manifest Table Schema" (values inherited from
+    parent namespaces): with a two-level spec, a foreign (2025, US) table is written into, a new
+    (2025, FR) partition goes under the foreign 2025 namespace (no second 2025 namespace), and
+    (2025, NULL) and (2026, US) are new."""
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, BY_YEAR_COUNTRY)
+    fus = foreign_partition(ns, {"event_year": 2025, "country": "US"}, [100])
+    year_ns = fus.split("$")[1]
+    foreign_partition(ns, {"event_year": 2025, "country": None}, [101], parents=[year_ns])
+    ns.write(rows([1, 2, 3, 4], [D10, D10, D11, datetime.date(2026, 1, 1)], ["US", "FR", None, "US"]))
+    tables = tables_of(ns)
+    assert tables[(("country", "US"), ("event_year", 2025))] == [fus]
+    fr = tables[(("country", "FR"), ("event_year", 2025))]
+    assert len(fr) == 1 and fr[0].startswith(f"v1${year_ns}$")
+    assert len(tables[(("country", None), ("event_year", 2025))]) == 1
+    assert len(tables) == 4
+    snap = ns.snapshot().rows
+    level0 = [o for o, t in zip(snap["object_id"].to_pylist(), snap["object_type"].to_pylist(), strict=True)
+              if t == "namespace" and o.count("$") == 1]
+    assert len(level0) == 2  # 2025 (foreign) and 2026
+    assert read_ids(ns, "country = 'US'") == [1, 4, 100]
+    ns.write(rows([7], [D11], [None]), mode="overwrite")
+    assert read_ids(ns) == [1, 2, 4, 7, 100]
+
+
+def test_declared_table_reads_empty_and_accepts_writes(tmp_path):
+    """Issue 11 item 8 / spec partitioning.md "Transaction" (read_version NULL): a table row whose
+    directory does not exist yet reads as empty (to_table, partitions) and a write creates and
+    publishes it; a pinned table whose directory is gone stays an error."""
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, BY_DATE)
+    ns.write(rows([1], [D10], ["US"]))
+    decl = foreign_partition(ns, {"event_date": D11}, None)
+    assert read_ids(ns) == [1]
+    assert read_ids(ns, "event_date = DATE '2025-12-11'") == []
+    assert {p.object_id for p in ns.partitions()} >= {decl}
+    ns.write(rows([2, 3], [D11, D11], ["US", "FR"]))
+    assert tables_of(ns)[(("event_date", D11),)] == [decl]
+    p = next(p for p in ns.partitions() if p.object_id == decl)
+    assert p.read_version is not None
+    assert lance.dataset(join_uri(ns.root, p.location), version=p.read_version).count_rows() == 2
+    assert read_ids(ns) == [1, 2, 3]
+    # published data missing is not "declared": still an error
+    gone = next(p for p in ns.partitions() if p.object_id != decl)
+    import shutil
+
+    shutil.rmtree(join_uri(ns.root, gone.location))
+    with pytest.raises(CorruptNamespaceError, match=gone.object_id.replace("$", r"\$")):
+        ns.to_table()
+
+
+def test_directory_namespace_declared_table_after_repair(tmp_path):
+    """Issue 11 items 6 and 8, with Lance's own DirectoryNamespace: in a namespace without the
+    writer flag it creates a partition namespace and declares its table (stripping __manifest);
+    after repair the declared table (NULL partition values, read_version NULL) reads as empty and
+    a write of that partition creates and publishes it."""
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, BY_DATE)
+    ns.write(rows([1], [D10], ["US"]))
+    unguard(ns.root)
+    d = lns.DirectoryNamespace(root=ns.root)
+    rid = random_id()
+    d.create_namespace(lns.CreateNamespaceRequest(id=["v1", rid]))
+    d.declare_table(lns.DeclareTableRequest(id=["v1", rid, "dataset"]))
+    report = ns.repair()
+    assert set(report.rows_carried_over) == {f"v1${rid}", f"v1${rid}$dataset"}
+    assert read_ids(ns) == [1]
+    assert f"v1${rid}$dataset" in {p.object_id for p in ns.partitions()}
+    ns.write(rows([5], [None], ["US"]))  # the declared table is the NULL partition
+    assert tables_of(ns)[(("event_date", None),)] == [f"v1${rid}$dataset"]
+    assert read_ids(ns) == [1, 5]
+    assert lns.DirectoryNamespace(root=ns.root).describe_table(
+        lns.DescribeTableRequest(id=["v1", rid, "dataset"])).location
+
+
+@pytest.mark.spark
+def test_spark_write_and_read_foreign_and_declared_partitions(spark, tmp_path):
+    """Issue 11 items 7 and 8 on the Spark path (lancepart.spark.write / read): rows for a
+    partition another writer made under a random id land in its table, a declared partition is
+    created and published, and lps.read reads a declared table as empty."""
+    from lancepart import spark as lps
+
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, BY_DATE)
+    f10 = foreign_partition(ns, {"event_date": D10}, [100])
+    decl = foreign_partition(ns, {"event_date": D11}, None)
+    assert sorted(r["id"] for r in lps.read(spark, ns.root).collect()) == [100]
+    assert sorted(r["id"] for r in lps.read(spark, ns.root, split_rows=1).collect()) == [100]
+    df = spark.createDataFrame([(1, D10, "US"), (2, D11, "FR"), (3, None, "DE")],
+                               "id long, event_date date, country string")
+    lps.write(df, ns.root)
+    tables = tables_of(ns)
+    assert tables[(("event_date", D10),)] == [f10]
+    assert tables[(("event_date", D11),)] == [decl]
+    assert len(tables) == 3
+    assert read_ids(ns) == [1, 2, 3, 100]
+    lps.write(spark.createDataFrame([(9, D10, "US")], "id long, event_date date, country string"), ns.root,
+              mode="overwrite")
+    assert sorted(r["id"] for r in lps.read(spark, ns.root).collect()) == [2, 3, 9]

@@ -91,6 +91,7 @@ from lancepart.errors import InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
 from lancepart.manifest import MANIFEST_DIR, Manifest, join_uri, normalize_root
 from lancepart.parallel import map_threads
+from lancepart.repair import ensure_intact
 from lancepart.results import CleanupStats
 
 log = logging.getLogger("lancepart.cleanup")
@@ -438,7 +439,7 @@ def cleanup(
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise InvalidArgumentError(f"older_than must be a non-negative datetime.timedelta, got {older_than!r}")
     root_s = normalize_root(root)
-    __import__("lancepart.repair").repair.ensure_intact(root_s, storage_options)  # stripped __manifest: refuse
+    ensure_intact(root_s, storage_options)  # a stripped __manifest: refuse (lancepart.repair)
     if older_than < _WARN_BELOW and not dry_run:
         log.warning("cleanup of %s with older_than=%s: files and versions of write jobs running longer than that "
                     "can be removed (see lancepart.maintenance.cleanup)", root_s, older_than)

@@ -25,6 +25,7 @@ from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
+from lancepart.write.reserve import is_not_found
 
 log = logging.getLogger("lancepart.read")
 
@@ -46,6 +47,26 @@ def open_partition(root: str, info: PartitionInfo, storage_options: Mapping[str,
         raise CorruptNamespaceError(
             f"partition table {info.object_id!r} at {uri} (read_version={info.read_version}, "
             f"read_branch={info.read_branch!r}, read_tag={info.read_tag!r}) cannot be opened: {e}") from e
+
+
+def is_declared(info: PartitionInfo) -> bool:
+    """Whether the row pins nothing (``read_version``, ``read_branch`` and ``read_tag`` all NULL):
+    it reads the latest version, and if its directory holds no table yet (a table declared
+    but not created, as Lance's ``declare_table`` leaves it) it reads as empty."""
+    return info.read_version is None and info.read_branch is None and info.read_tag is None
+
+
+def open_published(root: str, info: PartitionInfo, storage_options: Mapping[str, str] | None = None
+                   ) -> lance.LanceDataset | None:
+    """:func:`open_partition`, or None for a declared-only table (:func:`is_declared`) whose
+    directory holds no table yet: it has no rows. A table whose row pins a version but whose
+    directory is gone stays a :class:`CorruptNamespaceError` (published data is missing)."""
+    try:
+        return open_partition(root, info, storage_options)
+    except CorruptNamespaceError as e:
+        if is_declared(info) and isinstance(e.__cause__, ValueError) and is_not_found(e.__cause__):
+            return None
+        raise
 
 
 def scan_table(ds: lance.LanceDataset, columns: Sequence[str] | None, scan_filter: str | None) -> pa.Table:
@@ -91,7 +112,10 @@ def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, f
     read_schema = pa.schema([schema.field(c) for c in read_cols])
 
     def read(info: PartitionInfo) -> pa.Table:
-        t = scan_table(open_partition(root, info, storage_options), read_cols, scan_filter)
+        ds = open_published(root, info, storage_options)
+        if ds is None:  # declared, not created yet: no rows
+            return read_schema.empty_table()
+        t = scan_table(ds, read_cols, scan_filter)
         return t.select(read_schema.names).cast(read_schema)
 
     # Opening a table costs a few object-store round trips: overlap them (order is kept).

@@ -181,9 +181,12 @@ def _fragment_chunks(root: str, info: PartitionInfo, split_rows: int,
                      so: Mapping[str, str] | None) -> list[list[int] | None]:
     """Fragment id lists of at most ``split_rows`` rows each (a bigger fragment is a task of its
     own), or ``[None]`` (the whole table in one task) when the table is not above ``split_rows``."""
-    from lancepart.read.snapshot import open_partition
+    from lancepart.read.snapshot import open_published
 
-    frags = open_partition(root, info, so).get_fragments()
+    ds = open_published(root, info, so)
+    if ds is None:  # declared, not created yet: no rows
+        return [None]
+    frags = ds.get_fragments()
     rows = [f.count_rows() for f in frags]
     if sum(rows) <= split_rows:
         return [None]
@@ -226,12 +229,14 @@ def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: 
     stream. ``scan_filter`` (the inclusive form of ``filter``) and the columns the filter needs
     are pushed into the Lance scanner; the filter is then applied exactly, batch by batch."""
     from lancepart.read.prune import filter_columns
-    from lancepart.read.snapshot import apply_filter, open_partition
+    from lancepart.read.snapshot import apply_filter, open_published
 
     cols = list(columns) if columns is not None else list(schema.names)
     needed = set(cols) | set(filter_columns(filter, schema))
     read_schema = pa.schema([f for f in schema if f.name in needed]) if filter else output_schema(schema, cols)
-    ds = open_partition(root, info_from_json(task), so)
+    ds = open_published(root, info_from_json(task), so)
+    if ds is None:  # declared, not created yet: no rows
+        return
     frags = task.get("fragments")
     fragments = [ds.get_fragment(i) for i in frags] if frags is not None else None
     reader = None

@@ -212,8 +212,16 @@ def write(
         res = reserve_partitions(manifest, spec, [c.combine_chunks() for c in keys.columns], schema,
                                  max_retries=max_retries, prepared=prepared)
         created, retries = res.created, res.retries
-        lost = [ref for ref in res.tables if ref.location != writes[ref.object_id].location]
-        map_threads(lambda ref: _move_into(manifest.root, writes[ref.object_id], ref.location, schema, so), lost)
+        # a partition that exists (a concurrent writer's, or another writer's found by its values
+        # under its own object_id, possibly declared only): move our rows into its table
+        lost = [(o, ref) for o, ref in zip(oids, res.tables, strict=True) if ref.location != writes[o].location]
+        map_threads(lambda item: _move_into(manifest.root, writes[item[0]], item[1].location, schema, so), lost)
+        for o, ref in lost:
+            if ref.object_id != o:
+                w = writes.pop(o)
+                into = writes.setdefault(ref.object_id, TableWrite(ref.object_id, ref.location))
+                into.fragments.extend(w.fragments)
+                into.rows += w.rows
         if lost:
             phases["adopted"] = len(lost)
     phases["reserve_s"] = round(time.monotonic() - t, 3)

@@ -17,9 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import lance
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lancepart import ids as _ids
+from lancepart.errors import CorruptTableError
 from lancepart.manifest import Manifest, ManifestSnapshot, commit_lock, join_uri, metadata_json
 from lancepart.parallel import map_threads
 from lancepart.spec import PartitionSpec
@@ -93,18 +96,27 @@ def reserve_partitions(
         raise ValueError(f"expected {len(spec.fields)} partition value arrays, got {len(values)}")
     n = len(values[0]) if values else 0
     level_ids = _ids.partition_ids(spec.id, values)
-    table_oids = [_ids.table_object_id(spec.id, row) for row in level_ids]
     made: dict[str, tuple[str, int]] = dict(prepared or {})  # table object_id -> (location, empty version)
+    resolved: dict[str, list] = {}  # the object ids the last snapshot resolved (see mutate)
 
     def mutate(snap: ManifestSnapshot):
+        # Existing partitions are found by their partition values (another spec-following writer
+        # names them with random ids); the deterministic ids name only what is new.
+        ns_oids, table_oids = resolve_object_ids(snap, spec, values, level_ids)
+        resolved["tables"] = table_oids
         index = snap.row_index()
         missing = [i for i in range(n) if table_oids[i] not in index]
         if len(missing) < n:  # partitions that exist: refuse an unsafe location before committing anything
             location = snap.rows.column("location")
             for oid in {table_oids[i] for i in range(n)} - {table_oids[i] for i in missing}:
                 _ids.check_location(location[index[oid]].as_py(), oid, manifest.root)
-        if not missing:
+        declared = _pin_declared(manifest, snap, {table_oids[i] for i in range(n)} - {table_oids[i] for i in missing},
+                                 table_schema, made)
+        if not missing and not declared:
             return None, 0
+        base = snap.with_read_versions(declared) if declared else snap.rows
+        if not missing:
+            return base, 0
         fresh = list(dict.fromkeys(table_oids[i] for i in missing if table_oids[i] not in made))
         locations = [_ids.table_location(oid) for oid in fresh]
         versions = map_threads(lambda loc: create_empty_table(manifest.root, loc, table_schema,
@@ -130,19 +142,19 @@ def reserve_partitions(
             if oid in seen:
                 continue
             for level in range(len(spec.fields)):
-                ns_oid = _ids.namespace_object_id(spec.id, level_ids[i][: level + 1])
+                ns_oid = ns_oids[i][level]
                 if ns_oid not in seen and ns_oid not in index:
                     add(ns_oid, False, i, level + 1)
             add(oid, True, i, len(spec.fields))
         new_rows = _manifest_rows(snap.rows.schema, spec, values, oids, tables, source, depth,
                                   [made[o][0] if t else None for o, t in zip(oids, tables, strict=True)],
                                   [made[o][1] if t else None for o, t in zip(oids, tables, strict=True)])
-        return pa.concat_tables([snap.rows, new_rows]), sum(tables)
+        return pa.concat_tables([base, new_rows]), sum(tables)
 
     snap, created, retries = manifest.update(mutate, max_retries=max_retries, what="partition reservation")
     # Adopt rows that concurrent writers created; drop our own tables that lost the race.
     index = snap.row_index()
-    picked = snap.rows.take(pa.array([index[oid] for oid in table_oids], pa.int64()))
+    picked = snap.rows.take(pa.array([index[oid] for oid in resolved["tables"]], pa.int64()))
     cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
     refs = [TableRef(**r) for r in picked.select(cols).to_pylist()]
     for ref in refs:  # rows a concurrent writer made are checked like our own
@@ -152,6 +164,160 @@ def reserve_partitions(
         if location not in published and oid not in (prepared or {}):
             remove_table_dir(manifest.root, location, manifest.storage_options)
     return Reservation(tables=refs, created=created, snapshot=snap, retries=retries)
+
+
+def _value_keys(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> dict[str, pa.Array]:
+    """Join keys for partition values, two per field: the canonical bytes of the value (the
+    encoding the deterministic ids hash: NaN is one value, -0.0 equals 0.0) and a NULL flag,
+    so NULL matches NULL and nothing else."""
+    from lancepart.murmur3 import canonical_bytes
+
+    keys: dict[str, pa.Array] = {}
+    for j, a in enumerate(arrays):
+        b = canonical_bytes(a)
+        keys[f"__k{j}"] = pc.fill_null(b, pa.scalar(b"", pa.large_binary()))
+        keys[f"__n{j}"] = pc.is_null(b).cast(pa.int8())
+    return keys
+
+
+def _first_match(left: pa.Table, right: pa.Table, keys: list[str], preferred: pa.Array) -> dict[int, str]:
+    """``left.__i`` -> the ``object_id`` of a ``right`` row with equal ``keys``; with several, the
+    ``preferred`` one (lancepart's deterministic id for that partition), else the smallest."""
+    if not left.num_rows or not right.num_rows:
+        return {}
+    j = left.join(right, keys=keys, join_type="inner")
+    if not j.num_rows:
+        return {}
+    i = j.column("__i")
+    pref = pc.not_equal(j.column("__oid"), preferred.take(i)).cast(pa.int8())
+    j = pa.table({"__i": i, "__pref": pref, "__oid": j.column("__oid")}).sort_by(
+        [("__i", "ascending"), ("__pref", "ascending"), ("__oid", "ascending")])
+    idx = j.column("__i").to_numpy()
+    first = np.r_[True, idx[1:] != idx[:-1]] if len(idx) else np.zeros(0, bool)
+    return dict(zip(idx[first].tolist(), j.column("__oid").filter(pa.array(first)).to_pylist(), strict=True))
+
+
+def resolve_object_ids(snap: ManifestSnapshot, spec: PartitionSpec, values: Sequence[pa.Array],
+                       level_ids: Sequence[Sequence[str]]) -> tuple[list[list[str] | None], list[str]]:
+    """The ``__manifest`` object ids of each partition in ``values`` under ``snap``: per partition
+    its namespace ids (one per level; None when its table exists) and its table id.
+
+    Spec "Namespace Naming": partition namespace ids are random, so an existing partition is found
+    by its ``partition_field_*`` values for this spec version (NULL-aware), never by recomputing an
+    id: first the table rows, then, for a partition that has no table yet, level by level the
+    namespace rows under the parent found so far (another writer may have made the ``2025``
+    namespace and lancepart adds ``US`` under it). Only what does not exist gets lancepart's
+    deterministic id, which is what two lancepart writers then collide on. Vectorised: one hash
+    join per level over the spec's rows of ``__manifest``.
+    """
+    n = len(values[0]) if values else 0
+    k = len(spec.fields)
+    own_tables = [_ids.table_object_id(spec.id, ids) for ids in level_ids]
+    rows = snap.rows
+    names = set(rows.column_names)
+    if not n or not rows.num_rows or any(f.column_name not in names for f in spec.fields):
+        return [[_ids.namespace_object_id(spec.id, ids[: lv + 1]) for lv in range(k)] for ids in level_ids], own_tables
+    oid = rows.column("object_id")
+    in_spec = pc.starts_with(oid, spec.namespace + _ids.DELIMITER)
+    depth = pc.count_substring(oid, _ids.DELIMITER)
+    kind = rows.column("object_type")
+    try:
+        part = [rows.column(f.column_name).cast(f.result_type) for f in spec.fields]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        part = None  # a column of another type: nothing can match by value
+
+    def candidates(mask: pa.Array, fields: int) -> pa.Table:
+        if part is None:
+            return pa.table({"__oid": pa.array([], pa.utf8())})
+        mask = pc.fill_null(mask, False)
+        cols = {"__oid": oid.filter(mask).combine_chunks(),
+                **_value_keys([c.filter(mask).combine_chunks() for c in part[:fields]])}
+        return pa.table(cols)
+
+    def inputs(sel: np.ndarray, fields: int) -> pa.Table:
+        take = pa.array(sel, pa.int64())
+        return pa.table({"__i": take, **_value_keys([v.take(take) for v in values[:fields]])})
+
+    keys = [f"__{c}{j}" for j in range(k) for c in ("k", "n")]
+    table_rows = candidates(pc.and_(pc.and_(in_spec, pc.equal(kind, "table")),
+                                    pc.and_(pc.equal(depth, k + 1),
+                                            pc.ends_with(oid, _ids.DELIMITER + _ids.TABLE_NAME))), k)
+    found = _first_match(inputs(np.arange(n), k), table_rows, keys, pa.array(own_tables, pa.utf8()))
+    table_oids = [found.get(i, own_tables[i]) for i in range(n)]
+    ns_oids: list[list[str] | None] = [None] * n
+    todo = np.array([i for i in range(n) if i not in found], np.int64)
+    if not len(todo):
+        return ns_oids, table_oids
+    parents = {int(i): spec.namespace for i in todo}
+    chains: dict[int, list[str]] = {int(i): [] for i in todo}
+    for level in range(k):
+        mask = pc.and_(pc.and_(in_spec, pc.equal(kind, "namespace")), pc.equal(depth, level + 1))
+        right = candidates(mask, level + 1)
+        right = right.append_column("__parent", pc.replace_substring_regex(right.column("__oid"), r"\$[^$]*$", ""))
+        left = inputs(todo, level + 1).append_column("__parent", pa.array([parents[int(i)] for i in todo], pa.utf8()))
+        own = [f"{parents[int(i)]}{_ids.DELIMITER}{level_ids[int(i)][level]}" for i in todo]
+        preferred = pa.array([None] * n, pa.utf8()).to_pylist()
+        for i, o in zip(todo.tolist(), own, strict=True):
+            preferred[i] = o
+        hit = _first_match(left, right, [f"__{c}{j}" for j in range(level + 1) for c in ("k", "n")] + ["__parent"],
+                           pa.array(preferred, pa.utf8()))
+        for i, o in zip(todo.tolist(), own, strict=True):
+            chosen = hit.get(i, o)
+            chains[i].append(chosen)
+            parents[i] = chosen
+    for i in todo.tolist():
+        ns_oids[i] = chains[i]
+        table_oids[i] = f"{parents[i]}{_ids.DELIMITER}{_ids.TABLE_NAME}"
+    return ns_oids, table_oids
+
+
+def _pin_declared(manifest: Manifest, snap: ManifestSnapshot, oids: set[str], schema: pa.Schema,
+                  made: dict[str, tuple[str, int]]) -> dict[str, int]:
+    """Tables among ``oids`` that are declared only (row with ``read_version``, ``read_branch`` and
+    ``read_tag`` NULL, no table in its directory yet, as Lance's ``declare_table`` leaves them):
+    create each as an empty table in its directory and return ``object_id -> version`` to publish
+    as its ``read_version`` with the reservation, so writes to it work like to any partition."""
+    if not oids:
+        return {}
+    index = snap.row_index()
+    rows = snap.rows
+    pins = {}
+    for oid in sorted(oids):
+        i = index[oid]
+        if any(rows.column(c)[i].is_valid for c in ("read_version", "read_branch", "read_tag")):
+            continue
+        location = _ids.check_location(rows.column("location")[i].as_py(), oid, manifest.root)
+        if oid in made and made[oid][0] == location:
+            pins[oid] = made[oid][1]
+            continue
+        if table_exists(manifest.root, location, manifest.storage_options):
+            continue  # all NULL reads the latest version of a table that exists (spec "Read Behavior")
+        try:
+            version = create_empty_table(manifest.root, location, schema, manifest.storage_options)
+        except (OSError, ValueError) as e:
+            if table_exists(manifest.root, location, manifest.storage_options):
+                continue  # a concurrent writer created it first
+            raise CorruptTableError(f"declared partition table {oid!r} at {location}: cannot create it: {e}") from e
+        made[oid] = (location, version)
+        pins[oid] = version
+    return pins
+
+
+def table_exists(root: str, location: str, storage_options: Mapping[str, str] | None) -> bool:
+    """Whether a Lance table exists at ``location`` (its directory holds a version)."""
+    try:
+        lance.dataset(join_uri(root, location), storage_options=dict(storage_options) if storage_options else None)
+    except ValueError as e:
+        if is_not_found(e):
+            return False
+        raise
+    return True
+
+
+def is_not_found(e: BaseException) -> bool:
+    """Whether Lance's error says there is no table at the path."""
+    text = str(e).lower()
+    return "not found" in text or "does not exist" in text
 
 
 def _manifest_rows(schema: pa.Schema, spec: PartitionSpec, values: Sequence[pa.Array], oids: Sequence[str],
