@@ -146,8 +146,10 @@ def repair(manifest: Manifest, *, dry_run: bool = False, max_retries: int = 20) 
         current = manifest.snapshot(ds.version, check=False)
         missing = missing_columns(ds.schema, metadata)
         if not missing and any(k.startswith("partition_spec_v") for k in metadata):
-            if flags is not None and not dry_run:
-                ds.update_metadata({NAMESPACE_WRITER_FLAGS_KEY: str(flags)})
+            if not dry_run:  # also finishes a repair killed after its commit
+                if flags is not None:
+                    ds.update_metadata({NAMESPACE_WRITER_FLAGS_KEY: str(flags)})
+                manifest.ensure_indexes()
             return RepairReport(needed=False, dry_run=dry_run, current_version=ds.version,
                                 writer_flag_added=flags is not None)
         from_version, source = _find_source(manifest, ds, metadata)

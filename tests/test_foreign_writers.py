@@ -378,3 +378,25 @@ def test_spark_write_and_read_foreign_and_declared_partitions(spark, tmp_path):
     lps.write(spark.createDataFrame([(9, D10, "US")], "id long, event_date date, country string"), ns.root,
               mode="overwrite")
     assert sorted(r["id"] for r in lps.read(spark, ns.root).collect()) == [2, 3, 9]
+
+
+def test_repair_commit_never_overwrites_a_concurrent_commit(two_days):
+    """Issue 11 item 6 (one publish path, no lost commit): the repair's commit replaces the
+    schema, which Lance would otherwise rebase over anything; it must fail when another commit
+    landed after the snapshot it was computed from, and a rerun then repairs the newer version."""
+    from lancepart.manifest import ManifestConflict
+    from lancepart.repair import repair_root
+
+    root = two_days.root
+    unguard(root)
+    foreign_op(root, "create_namespace")
+    manifest = two_days.manifest
+    base = manifest.snapshot(check=False)
+    late = pa.Table.from_pylist([{"object_id": "late", "object_type": "namespace", "metadata": "{}"}],
+                                schema=manifest_ds(root).schema)
+    lance.write_dataset(late, join_uri(root, "__manifest"), mode="append")  # a plain append lands first
+    with pytest.raises(ManifestConflict):
+        manifest.restore(base, base.rows)
+    report = repair_root(root)
+    assert set(report.rows_carried_over) == {"foreign_ns", "late"}
+    assert len(PartitionedNamespace.open(root).to_table()) == 4

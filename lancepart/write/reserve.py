@@ -280,13 +280,13 @@ def _pin_declared(manifest: Manifest, snap: ManifestSnapshot, oids: set[str], sc
     if not oids:
         return {}
     index = snap.row_index()
-    rows = snap.rows
+    touched = snap.rows.take(pa.array(sorted(index[oid] for oid in oids), pa.int64()))
+    unpinned = pc.and_(pc.and_(pc.is_null(touched.column("read_version")), pc.is_null(touched.column("read_branch"))),
+                       pc.is_null(touched.column("read_tag")))
     pins = {}
-    for oid in sorted(oids):
-        i = index[oid]
-        if any(rows.column(c)[i].is_valid for c in ("read_version", "read_branch", "read_tag")):
-            continue
-        location = _ids.check_location(rows.column("location")[i].as_py(), oid, manifest.root)
+    for row in touched.filter(unpinned).select(["object_id", "location"]).to_pylist():  # declared ones only
+        oid = row["object_id"]
+        location = _ids.check_location(row["location"], oid, manifest.root)
         if oid in made and made[oid][0] == location:
             pins[oid] = made[oid][1]
             continue
