@@ -260,14 +260,17 @@ def _describe_tables(ns: PartitionedNamespace, progress: _Progress) -> dict[str,
     from lancepart.ids import check_location
     from lancepart.manifest import MANIFEST_DIR, join_uri
     from lancepart.parallel import map_threads
-    from lancepart.read.snapshot import open_partition
+    from lancepart.read.snapshot import open_published
 
     so = ns.storage_options
     infos = ns.partitions()
     progress(f"measuring {len(infos)} partition tables")
 
     def measure(info) -> dict[str, Any]:
-        rows = open_partition(ns.root, info, so).count_rows()
+        ds = open_published(ns.root, info, so)
+        if ds is None:  # declared, not created yet (docs/foreign-writers.md)
+            return {**info.to_dict(), "rows": 0, "bytes": 0, "versions": 0}
+        rows = ds.count_rows()
         nbytes, versions = _table_sizes(join_uri(ns.root, check_location(info.location, info.object_id, ns.root)), so)
         return {**info.to_dict(), "rows": rows, "bytes": nbytes, "versions": versions}
 

@@ -317,6 +317,11 @@ def test_declared_table_reads_empty_and_accepts_writes(tmp_path):
     assert read_ids(ns) == [1]
     assert read_ids(ns, "event_date = DATE '2025-12-11'") == []
     assert {p.object_id for p in ns.partitions()} >= {decl}
+    proc = subprocess.run([sys.executable, "-m", "lancepart.cli", "describe", ns.root, "--json", "--tables"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr
+    described = {t["object_id"]: t for t in json.loads(proc.stdout)["tables"]}
+    assert described[decl]["rows"] == 0
     ns.write(rows([2, 3], [D11, D11], ["US", "FR"]))
     assert tables_of(ns)[(("event_date", D11),)] == [decl]
     p = next(p for p in ns.partitions() if p.object_id == decl)
