@@ -286,7 +286,7 @@ class Manifest:
         except LanceCommitConflictError as e:
             raise ManifestConflict(str(e)) from e
         except (NamespaceNotFoundError, CorruptNamespaceError, OSError, ValueError) as e:
-            if "not found" not in str(e).lower():
+            if not isinstance(e, NamespaceNotFoundError) and "not found" not in str(e).lower():
                 raise
             latest = self.dataset().version  # NamespaceNotFoundError here: the whole __manifest is gone
             if latest == base.version:

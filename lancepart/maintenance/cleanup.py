@@ -248,6 +248,22 @@ def _unreferenced(files: pa.Table, tracked: pa.Table, cutoff: float, exclude: se
     return files.filter(pa.array(keep, pa.bool_()))
 
 
+def set_retention_floor(root: str | os.PathLike[str], floor: timedelta,
+                        storage_options: Mapping[str, str] | None = None) -> None:
+    """Raise the retention floor of the namespace at ``root`` to ``floor`` (stored as whole
+    seconds under the ``__manifest`` table metadata key :data:`RETENTION_FLOOR_KEY`; a metadata
+    commit that concurrent publishes keep). A floor below :data:`DEFAULT_RETENTION_FLOOR` is
+    refused: the default always holds.
+
+    >>> # set_retention_floor("/data/events", timedelta(hours=6))
+    """
+    if not isinstance(floor, timedelta) or floor < DEFAULT_RETENTION_FLOOR:
+        raise InvalidArgumentError(f"floor must be a datetime.timedelta of at least {DEFAULT_RETENTION_FLOOR}, "
+                                   f"got {floor!r}")
+    Manifest(normalize_root(root), storage_options).dataset().update_metadata(
+        {RETENTION_FLOOR_KEY: str(int(floor.total_seconds()))})
+
+
 class _Run:
     """One cleanup pass over a namespace root."""
 
