@@ -665,14 +665,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = add("cleanup", "remove old table versions and unreferenced files", _cmd_cleanup,
              description="Remove table versions superseded longer than --older-than ago and files no version "
-                         "references; never what a published read_version, read_tag or read_branch pins.")
+                         "references; never what a published read_version, read_tag or read_branch pins. "
+                         "Exit code 3 when something could not be examined or removed (each one is named).")
     cl.add_argument("--older-than", type=parse_duration, default=timedelta(days=7), metavar="DURATION",
                     help="retention, e.g. 7d, 36h, 90m, 1d12h; must exceed the longest write job (default: 7d)")
     cl.add_argument("--dry-run", action="store_true", help="report what would be removed, remove nothing")
     cl.add_argument("--allow-short-retention", action="store_true",
                     help="allow --older-than below the namespace's retention floor (1h, or the __manifest metadata "
                          "key lancepart.retention_floor): only for a namespace no job writes to; running writes can "
-                         "fail. Exit code 3 when something could not be examined or removed")
+                         "fail")
 
     ev = add("evolve", "add a partition spec version", _cmd_evolve,
              description="Add partition spec version N+1 with the given fields; new writes use it, reads span "

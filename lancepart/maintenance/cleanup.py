@@ -34,30 +34,72 @@ Delta's VACUUM rather than of Lance's cleanup): a version a job opened as *lates
 snapshot a job read stays until ``older_than`` after it stopped being current, so a job that
 runs for less than ``older_than`` never finds its base gone.
 
+The retention floor (docs/retention.md). Nothing younger than the floor is removed unless
+the caller asks for it: ``older_than`` below the floor raises
+:class:`~lancepart.errors.UnsafeRetentionError` (a dry run too) unless
+``allow_short_retention=True`` (CLI ``--allow-short-retention``). The floor is
+:data:`DEFAULT_RETENTION_FLOOR` (one hour); the ``__manifest`` table metadata key
+:data:`RETENTION_FLOOR_KEY` (``lancepart.retention_floor``: seconds, or a duration such as
+``6h``, ``2d``; :func:`set_retention_floor` writes it) raises it for one namespace and can
+never lower it below the default.
+
+Guards that hold for every deletion, whatever ``older_than`` and the override say:
+
+* no file modified after the cut-off is deleted, by any path: a version whose removal would
+  delete such a file (a version superseded quickly, whose fragments a job that is still
+  running may publish again in its rebase) is kept for a later cleanup; an unreferenced file
+  is looked at again right before its own delete (versions committed since the listing are
+  read, and its modification time); an unreferenced directory is listed again right before
+  its removal;
+* right before a table's versions are removed, the latest ``__manifest`` is read again and
+  what it pins is kept: the latest ``__manifest`` version and everything it or any retained
+  snapshot pins are never "old";
+* two things always obey the floor, even under the override, because removing them could
+  break a *published* snapshot rather than a running write: ``__manifest``'s own
+  unreferenced files (the rows of a ``__manifest`` commit between their write and the
+  commit) and unreferenced table directories (a reservation creates a partition's table just
+  before the ``__manifest`` commit that publishes it). Lance's hidden temporary files
+  (``.tmp*``, a write in progress) obey the floor too.
+
 Races with live writers, and why they are safe when ``older_than`` exceeds the longest
-write job (the default is 7 days):
+write job (the default is 7 days; at least the floor):
 
 1. *A writer publishes a newer ``read_version`` while cleanup runs.* The new version was
    committed by that writer during its run, so it is younger than the cut-off and not a
-   candidate; besides, the latest ``__manifest`` is re-read right before each table is cleaned
-   and its pins are added. The version it replaces stays too: the snapshot that pinned it was
-   current until just now, so it is a retained snapshot.
+   candidate; besides, the latest ``__manifest`` is re-read right before each table's
+   versions are removed and its pins are added. The version it replaces stays too: the
+   snapshot that pinned it was current until just now, so it is a retained snapshot.
 2. *A writer still holds an older snapshot* (it planned on ``read_version`` 3 while another
    job published 4) and opens version 3 to rebase. Version 3 is pinned by that snapshot,
    which stays retained for ``older_than`` after it was superseded.
 3. *A writer committed a table version and has not published it yet.* It is the latest
    version (kept), or it was superseded by a concurrent writer's commit less than
-   ``older_than`` ago (kept).
+   ``older_than`` ago (kept), or its files are younger than the cut-off (kept).
 4. *A writer has written fragments (or a Spark job a new table directory) but not committed
-   them.* Their files are younger than the cut-off (kept). Before a table's unreferenced
-   files are deleted, the versions committed since they were listed are read again.
+   them.* Their files are younger than the cut-off (kept). Each unreferenced file is checked
+   again right before its delete.
 
-What can go wrong with an ``older_than`` shorter than a running job (``timedelta(0)`` is for
-a namespace no one writes to, for example in tests): that job's uncommitted fragments or new
-table directories can be deleted, after which its commit publishes a version whose files are
-missing; and a version it committed but has not published yet can be removed when a
-concurrent job committed after it. A write that starts after cleanup finished is never
-affected. A short ``older_than`` is therefore logged as a warning.
+What ``allow_short_retention`` can still break (an ``older_than`` shorter than a running
+job): that job's uncommitted fragments, or versions it committed and a concurrent job
+superseded, can be removed. The job then fails before publishing anything: its publish
+checks that every data file it wrote and every table version it is about to publish still
+exist (:mod:`lancepart.write.guard`, :class:`~lancepart.errors.DataFilesMissingError`), and
+a commit whose ``__manifest`` base or published ``read_version`` a cleanup removed rebases
+on the latest ``__manifest``. What remains is a window of milliseconds between that check
+and the ``__manifest`` commit in which a concurrent cleanup removing the job's files would
+go unnoticed; hence the floor, and the override only for a namespace no job writes to (tests,
+a quiet namespace). A write that starts after cleanup finished is never affected.
+
+What a cleanup reports: counts and :attr:`CleanupStats.removed` name only what really went
+(a dry run: what would go, computed with the same rules); :attr:`CleanupStats.skipped` names
+what could not be examined or removed (an unreadable ``__manifest`` version, a version
+still present after Lance's removal, a file whose delete failed, a table that cannot be
+opened) and :attr:`CleanupStats.errors` says why; the rest goes on, and the CLI exits 3. An
+unreadable retained ``__manifest`` version (a truncated manifest file, a deleted data file,
+or a read error) is left as it is; since what it pins is unknown, that run removes no table
+version and no unreferenced directory, and still removes the other ``__manifest`` versions
+and every table's unreferenced files. When Lance cannot list ``__manifest``'s versions at
+all, no ``__manifest`` version is removed either until it is repaired.
 
 Object stores (``s3://`` ...): everything goes through Lance (``cleanup_old_versions``,
 ``all_files``, ``tracked_files``, ``LanceFileSession``); nothing calls ``os`` on a URI. One
@@ -289,6 +331,7 @@ class _Run:
         self.refreshed = 0.0  # monotonic time of the last look at the latest __manifest
         self.lock = threading.Lock()  # tables are cleaned on threads; the pins grow as __manifest moves
         self.notes = _Tally()  # what planning had to skip (unreadable __manifest versions)
+        self.pins_unknown = False  # a retained __manifest version could not be read
 
     # ------------------------------------------------------------------ what retained snapshots pin
     def _version_pins(self, v: int) -> pa.Table | None:
@@ -301,9 +344,10 @@ class _Run:
         except NamespaceNotFoundError:
             return None
         except (OSError, ValueError, RuntimeError, LancepartError) as e:
-            # a snapshot no one can read pins nothing anyone can read through it
+            # what it pins is unknown: no table version and no directory is removed in this run
+            self.pins_unknown = True
             self.notes.skip(f"{MANIFEST_DIR}@v{v}", f"cannot be read ({type(e).__name__}: {e}); left as it is, "
-                                                    f"its pins are not honoured")
+                                                    f"and no table version or directory it may pin is removed")
             return None
         rows = rows.filter(pc.equal(rows.column("object_type"), "table"))
         for c in cols:  # a plain DirectoryNamespace manifest has no read_* columns: nothing pinned
@@ -532,7 +576,7 @@ class _Run:
                 tally.skip(location, f"({pins.object_id}): read_tag {sorted(missing)} does not exist; left untouched")
                 return tally
             keep = pinned_versions | {tags[t] for t in pinned_tags} | set(tags.values())
-            removable = _removable(ds.versions(), self.cutoff, keep)
+            removable = [] if self.pins_unknown else _removable(ds.versions(), self.cutoff, keep)
             removable, gone = self._lance_cleanup(uri, ds, location, removable, tally)
             self._collect_files(uri, location, ds, removable, gone, tally)
         except (OSError, ValueError, RuntimeError, LancepartError) as e:
@@ -596,6 +640,8 @@ class _Run:
 
     def collect_directories(self) -> _Tally:
         tally = _Tally()
+        if self.pins_unknown:
+            return tally  # an unreadable retained snapshot may reference any of them
         referenced = set(self.pins) | self.other_locations
         for name in self._directories():
             if name == MANIFEST_DIR or name in referenced or not PARTITION_DIR.match(name):
