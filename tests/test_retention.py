@@ -379,3 +379,37 @@ def test_corrupt_older_manifest_version_is_skipped_the_rest_cleaned(ns, damage, 
     assert f"{p.location}/data/{frag}" in stats.removed and frag not in {f[5:] for f in data_files(uri)}
     assert f"data/{frag}" not in tracked(uri)
     assert PartitionedNamespace.open(ns.root).to_table().sort_by("id").equals(before)
+
+
+def test_version_whose_files_are_young_is_kept(ns):
+    """A superseded, unpinned version whose data file the store dates after the cut-off (the
+    writer's clock, which dated the version, is behind the store's): the version and its file
+    stay, whatever ``older_than`` says, and go in a cleanup once the file is old (issue item 4:
+    no file younger than the retention in force is deleted by any path)."""
+    ns.write(batch(1, days=1).table(), batch_id="b1")
+    p = ns.partitions()[0]
+    uri = join_uri(ns.root, p.location)
+    extra = lance.dataset(uri, version=p.read_version).to_table().slice(0, 1)
+    lance.write_dataset(extra, uri, mode="append")  # a job that committed and died before publishing
+    dead = p.read_version + 1
+    ns.write(batch(2, days=1).table(), batch_id="b2")  # its commit drops the dead job's fragment
+    own = tracked_at(uri, dead) - {f for v in versions(uri) if v != dead for f in tracked_at(uri, v)}
+    assert own, "the dead version has a file of its own"
+    future = time.time() + 600
+    for f in own:
+        os.utime(os.path.join(uri, f), (future, future))
+    time.sleep(1.1)
+
+    stats = ns.cleanup(timedelta(seconds=1), allow_short_retention=True)
+    assert f"{p.location}@v{dead}" not in stats.removed and dead in versions(uri)
+    assert all(os.path.exists(os.path.join(uri, f)) for f in own)
+    for f in own:
+        backdate(os.path.join(uri, f), 10)
+    stats = ns.cleanup(timedelta(seconds=1), allow_short_retention=True)
+    assert f"{p.location}@v{dead}" in stats.removed and dead not in versions(uri)
+
+
+def tracked_at(uri: str, version: int) -> set[str]:
+    t = lance.dataset(uri).tracked_files().read_all()
+    return {p for p, v in zip(t.column("path").to_pylist(), t.column("version").to_pylist(), strict=True)
+            if v == version and p.startswith("data/")}

@@ -46,8 +46,9 @@ never lower it below the default.
 Guards that hold for every deletion, whatever ``older_than`` and the override say:
 
 * no file modified after the cut-off is deleted, by any path: a version whose removal would
-  delete such a file (a version superseded quickly, whose fragments a job that is still
-  running may publish again in its rebase) is kept for a later cleanup; an unreferenced file
+  delete such a file is kept for a later cleanup (version timestamps come from the writer's
+  clock, file times from the store's: when they disagree, a version can look superseded
+  long ago while its files are fresh); an unreferenced file
   is looked at again right before its own delete (versions committed since the listing are
   read, and its modification time); an unreferenced directory is listed again right before
   its removal;
@@ -413,9 +414,9 @@ class _Run:
         return self.manifest_file_cutoff if location == MANIFEST_DIR else self.cutoff
 
     def _defer_young(self, ds: lance.LanceDataset, location: str, removable: list[int]) -> list[int]:
-        """``removable`` minus every version that references a file modified after the cut-off: a
-        version superseded quickly, whose files (a job's fragments that job may publish again in
-        its rebase) are younger than the retention in force."""
+        """``removable`` minus every version that references a file modified after the cut-off
+        (the version's timestamp, from its writer's clock, says it is old; the store's clock
+        says its files are young: no file younger than the retention in force is deleted)."""
         if not removable:
             return removable
         files = ds.all_files().read_all()
