@@ -56,20 +56,25 @@ def check_files_present(
     >>> # check_files_present(root, [("v1$...$dataset", "3f9a0c1e_v1$...$dataset", 5, frags)])
     """
     so = dict(storage_options) if storage_options else None
-    checks: list[tuple[str, str, str]] = []  # (object_id, table uri, data file path relative to the table)
-    for oid, location, version, fragments in tables:
-        uri = join_uri(root, location)
+
+    def version_gone(item: tuple[str, str, int, Sequence[FragmentMetadata]]) -> bool:
         try:
-            lance.dataset(uri, version=version, storage_options=so)
+            lance.dataset(join_uri(root, item[1]), version=item[2], storage_options=so)
         except (OSError, ValueError, RuntimeError) as e:
             if not is_not_found(e):
                 raise
-            raise DataFilesMissingError(
-                f"partition table {oid} at {uri}: version {version}, committed by this write, was removed before "
-                f"it was published (a cleanup with a retention shorter than the write); nothing was published, "
-                f"run the write again") from None
-        checks.extend((oid, uri, f"data/{df.path}") for f in fragments for df in f.files)
+            return True
+        return False
 
+    for (oid, location, version, _), gone in zip(tables, map_threads(version_gone, tables), strict=True):
+        if gone:
+            raise DataFilesMissingError(
+                f"partition table {oid} at {join_uri(root, location)}: version {version}, committed by this write, "
+                f"was removed before it was published (a cleanup with a retention shorter than the write); nothing "
+                f"was published, run the write again")
+
+    checks = [(oid, join_uri(root, location), f"data/{df.path}")
+              for oid, location, _, fragments in tables for f in fragments for df in f.files]
     sessions: dict[str, LanceFileSession] = {}
 
     def exists(item: tuple[str, str, str]) -> bool:
