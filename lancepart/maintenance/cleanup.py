@@ -1,7 +1,7 @@
 """Remove old table versions and files nothing references; never what a snapshot pins.
 
 Spec: spec/partitioning.md "Transaction" (``read_version`` / ``read_branch`` / ``read_tag``),
-spec/storage-layout.md (what a table directory holds); DESIGN-NOTES §5, §8.
+spec/storage-layout.md (what a table directory holds); docs/retention.md (the floor and its guards).
 
 What goes, for a retention ``older_than`` (cut-off ``now - older_than``):
 
