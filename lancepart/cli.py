@@ -6,7 +6,7 @@
     lancepart explain ROOT FILTER
     lancepart ingest ROOT FILE... [--format F] [--mode append|overwrite] [--batch-id ID] [--chunk-rows N]
     lancepart compact ROOT [--filter SQL] [--target-rows-per-fragment N]
-    lancepart cleanup ROOT [--older-than 7d] [--dry-run]
+    lancepart cleanup ROOT [--older-than 7d] [--dry-run] [--allow-short-retention]
     lancepart evolve ROOT --spec FILE|JSON
     lancepart migrate ROOT [--dry-run]
     lancepart repair ROOT [--dry-run]
@@ -21,7 +21,8 @@ Exit codes, stable for scripts: 0 success (also a skipped, already published bat
 1 unexpected error; 2 a lancepart error (bad spec, schema or filter, missing namespace, ...;
 the message names what is wrong); 64 bad usage; 75 a commit kept conflicting with
 concurrent writers (CommitConflictError): nothing was published, run it again;
-130 interrupted.
+3 the command ran but had to leave something out (``cleanup``: a version, table, file or
+directory it could not examine or remove, each named); 130 interrupted.
 
 >>> # main(["--json", "describe", "/data/events"])
 """
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
 
 EXIT_OK, EXIT_FAILED, EXIT_LANCEPART, EXIT_USAGE, EXIT_RETRY, EXIT_INTERRUPTED = 0, 1, 2, 64, 75, 130
+EXIT_INCOMPLETE = 3  # the command ran, but left something out (named in its output)
 STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
 FORMATS = ("parquet", "csv", "json", "ipc")
 _EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".json": "json",
@@ -513,7 +515,10 @@ def _cmd_cleanup(args: argparse.Namespace) -> Any:
     ns = _open(args)
     _Progress(args.quiet)(f"cleaning up {ns.root}: versions superseded more than {format_duration(args.older_than)} ago"
                           + (" (dry run)" if args.dry_run else ""))
-    stats = ns.cleanup(older_than=args.older_than, dry_run=args.dry_run)
+    stats = ns.cleanup(older_than=args.older_than, dry_run=args.dry_run,
+                       allow_short_retention=args.allow_short_retention)
+    if stats.skipped or stats.errors:
+        args.exit_code = EXIT_INCOMPLETE
     out = {"root": ns.root, "older_than_seconds": args.older_than.total_seconds(), **stats.to_dict()}
     if args.json:
         return out
@@ -692,10 +697,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = add("cleanup", "remove old table versions and unreferenced files", _cmd_cleanup,
              description="Remove table versions superseded longer than --older-than ago and files no version "
-                         "references; never what a published read_version, read_tag or read_branch pins.")
+                         "references; never what a published read_version, read_tag or read_branch pins. "
+                         "Exit code 3 when something could not be examined or removed (each one is named).")
     cl.add_argument("--older-than", type=parse_duration, default=timedelta(days=7), metavar="DURATION",
                     help="retention, e.g. 7d, 36h, 90m, 1d12h; must exceed the longest write job (default: 7d)")
     cl.add_argument("--dry-run", action="store_true", help="report what would be removed, remove nothing")
+    cl.add_argument("--allow-short-retention", action="store_true",
+                    help="allow --older-than below the namespace's retention floor (1h, or the __manifest metadata "
+                         "key lancepart.retention_floor): only for a namespace no job writes to; running writes can "
+                         "fail")
 
     ev = add("evolve", "add a partition spec version", _cmd_evolve,
              description="Add partition spec version N+1 with the given fields; new writes use it, reads span "
@@ -777,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.func(args)
         if out is not None:
             _print(out, args.json)
-        return EXIT_OK
+        return getattr(args, "exit_code", EXIT_OK)
     except UsageError as e:
         return _fail(EXIT_USAGE, "usage", f"{e} (see: {parser.prog} {args.command} --help)", args.json)
     except CommitConflictError as e:

@@ -236,13 +236,21 @@ class Manifest:
         a partitioned namespace whose ``__manifest`` lost columns it needs (a tool that knows
         only the five standard columns rewrote it) raises :class:`CorruptNamespaceError`
         naming them (:func:`check_columns`)."""
-        ds = self.dataset(version)
-        if check:
-            check_columns(ds.schema, ds.metadata, self.uri, ds.version)
-        try:
-            rows = ds.to_table()
-        except (OSError, ValueError) as e:
-            raise CorruptNamespaceError(f"cannot read __manifest at {self.uri} version {ds.version}: {e}") from e
+        for _ in range(20):
+            ds = self.dataset(version)
+            if check:
+                check_columns(ds.schema, ds.metadata, self.uri, ds.version)
+            try:
+                rows = ds.to_table()
+                break
+            except (OSError, ValueError) as e:
+                # the latest version was superseded and its files removed by a cleanup with a short
+                # retention between our open and our read: read the newer one
+                if version is None and "not found" in str(e).lower() and self.dataset().version != ds.version:
+                    continue
+                raise CorruptNamespaceError(f"cannot read __manifest at {self.uri} version {ds.version}: {e}") from e
+        else:
+            raise CorruptNamespaceError(f"cannot read __manifest at {self.uri}: its latest version kept vanishing")
         return ManifestSnapshot(
             version=ds.version,
             rows=rows,
@@ -280,17 +288,28 @@ class Manifest:
                 ds.create_scalar_index(column, kind, name=f"{column}_idx")
 
     def commit(self, base: ManifestSnapshot, rows: pa.Table) -> ManifestSnapshot:
-        """Replace the rows of ``base`` by ``rows`` in one commit, or raise :class:`ManifestConflict`."""
-        ds = self.dataset(base.version)
-        rows = rows.select(ds.schema.names).cast(ds.schema)
-        frags = (lance.fragment.write_fragments(rows, ds, storage_options=self.storage_options)
-                 if rows.num_rows else [])
-        op = LanceOperation.Update(removed_fragment_ids=list(base.fragment_ids), new_fragments=frags)
+        """Replace the rows of ``base`` by ``rows`` in one commit, or raise :class:`ManifestConflict`
+        (also when a cleanup removed the version ``base`` read: it was superseded, so rebase)."""
         try:
+            ds = self.dataset(base.version)
+            rows = rows.select(ds.schema.names).cast(ds.schema)
+            frags = (lance.fragment.write_fragments(rows, ds, storage_options=self.storage_options)
+                     if rows.num_rows else [])
+            op = LanceOperation.Update(removed_fragment_ids=list(base.fragment_ids), new_fragments=frags)
             new = lance.LanceDataset.commit(self.uri, op, read_version=base.version,
                                             storage_options=self.storage_options, commit_lock=self.commit_lock)
         except LanceCommitConflictError as e:
             raise ManifestConflict(str(e)) from e
+        except (NamespaceNotFoundError, CorruptNamespaceError, OSError, ValueError) as e:
+            if not isinstance(e, NamespaceNotFoundError) and "not found" not in str(e).lower():
+                raise
+            latest = self.dataset().version  # NamespaceNotFoundError here: the whole __manifest is gone
+            if latest == base.version:
+                raise CorruptNamespaceError(
+                    f"__manifest at {self.uri}: its latest version {base.version} is gone from storage ({e}); "
+                    f"nothing was committed") from e
+            raise ManifestConflict(f"__manifest version {base.version} this commit was based on was removed by a "
+                                   f"cleanup; the latest is {latest}") from e
         return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),
                                 fragment_ids=tuple(f.fragment_id for f in new.get_fragments()))
 
@@ -332,10 +351,10 @@ class Manifest:
         """
         for attempt in range(max_retries + 1):
             snap = self.snapshot()
-            rows, value = mutate(snap)
-            if rows is None:
-                return snap, value, attempt
             try:
+                rows, value = mutate(snap)  # may raise ManifestConflict: what it built on is gone, rebase
+                if rows is None:
+                    return snap, value, attempt
                 return self.commit(snap, rows), value, attempt
             except ManifestConflict:
                 if attempt == max_retries:

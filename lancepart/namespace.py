@@ -379,18 +379,21 @@ class PartitionedNamespace:
             props[f"partition.{f.field_id}"] = _display(value, f.result_type)
         return props
 
-    def cleanup(self, older_than: timedelta = timedelta(days=7), dry_run: bool = False, **options: Any
-                ) -> CleanupStats:
+    def cleanup(self, older_than: timedelta = timedelta(days=7), dry_run: bool = False, *,
+                allow_short_retention: bool = False, **options: Any) -> CleanupStats:
         """Remove table and ``__manifest`` versions superseded more than ``older_than`` ago, files
         no version references and unreferenced partition table directories older than that;
         never what a ``read_version``, ``read_tag`` or ``read_branch`` pins
         (:mod:`lancepart.maintenance.cleanup`). ``dry_run=True`` only reports what would go.
+        ``older_than`` below the retention floor (one hour unless the namespace raises it) raises
+        :class:`~lancepart.errors.UnsafeRetentionError` unless ``allow_short_retention=True``.
 
         >>> # ns.cleanup(timedelta(days=7), dry_run=True).bytes_removed
         """
         from lancepart.maintenance.cleanup import cleanup
 
-        stats = cleanup(self.root, older_than, dry_run=dry_run, storage_options=self.storage_options, **options)
+        stats = cleanup(self.root, older_than, dry_run=dry_run, storage_options=self.storage_options,
+                        allow_short_retention=allow_short_retention, **options)
         self.refresh()
         return stats
 

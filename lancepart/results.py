@@ -51,7 +51,11 @@ class CleanupStats:
     unreferenced directories) and ``bytes_removed`` their size; ``tables_scanned`` the partition
     tables examined. ``removed`` names what went: ``<location>@v<N>`` for a version,
     ``<location>/<path>`` for a file no version referenced, ``<directory>/`` for an unreferenced
-    table directory. ``errors`` names what could not be examined or removed (the rest went on).
+    table directory. Every count is of what really went (a dry run: of what would go).
+    ``skipped`` names what was to be examined or removed and was not (a ``<location>@v<N>`` or
+    ``__manifest@v<N>`` that cannot be read or removed, a table, a file, a directory);
+    ``errors`` says why, one message each (the rest went on). The CLI exits 3 when either is
+    not empty.
     """
 
     versions_removed: int = 0
@@ -65,6 +69,7 @@ class CleanupStats:
     removed: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     seconds: float = 0.0
+    skipped: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -111,9 +111,9 @@ def test_round_trip(made, tmp_path, capsys):
     assert compacted["manifest_version"] > desc["manifest_version"]
     assert lp_json("describe", root)["rows"] == 6000
 
-    dry = lp_json("cleanup", root, "--older-than", "0", "--dry-run")
+    dry = lp_json("cleanup", root, "--older-than", "0", "--allow-short-retention", "--dry-run")
     assert dry["dry_run"] is True and dry["versions_removed"] > 0
-    cleaned = lp_json("cleanup", root, "--older-than", "0")
+    cleaned = lp_json("cleanup", root, "--older-than", "0", "--allow-short-retention")
     assert cleaned["versions_removed"] > 0 and cleaned["bytes_removed"] > 0
     after = lp_json("describe", root)
     assert after["rows"] == 6000 and all(t["versions"] == 1 for t in after["tables"])

@@ -1,7 +1,7 @@
 """Remove old table versions and files nothing references; never what a snapshot pins.
 
 Spec: spec/partitioning.md "Transaction" (``read_version`` / ``read_branch`` / ``read_tag``),
-spec/storage-layout.md (what a table directory holds); DESIGN-NOTES §5, §8.
+spec/storage-layout.md (what a table directory holds); docs/retention.md (the floor and its guards).
 
 What goes, for a retention ``older_than`` (cut-off ``now - older_than``):
 
@@ -34,30 +34,73 @@ Delta's VACUUM rather than of Lance's cleanup): a version a job opened as *lates
 snapshot a job read stays until ``older_than`` after it stopped being current, so a job that
 runs for less than ``older_than`` never finds its base gone.
 
+The retention floor (docs/retention.md). Nothing younger than the floor is removed unless
+the caller asks for it: ``older_than`` below the floor raises
+:class:`~lancepart.errors.UnsafeRetentionError` (a dry run too) unless
+``allow_short_retention=True`` (CLI ``--allow-short-retention``). The floor is
+:data:`DEFAULT_RETENTION_FLOOR` (one hour); the ``__manifest`` table metadata key
+:data:`RETENTION_FLOOR_KEY` (``lancepart.retention_floor``: seconds, or a duration such as
+``6h``, ``2d``; :func:`set_retention_floor` writes it) raises it for one namespace and can
+never lower it below the default.
+
+Guards that hold for every deletion, whatever ``older_than`` and the override say:
+
+* no file modified after the cut-off is deleted, by any path: a version whose removal would
+  delete such a file is kept for a later cleanup (version timestamps come from the writer's
+  clock, file times from the store's: when they disagree, a version can look superseded
+  long ago while its files are fresh); an unreferenced file
+  is looked at again right before its own delete (versions committed since the listing are
+  read, and its modification time); an unreferenced directory is listed again right before
+  its removal;
+* right before a table's versions are removed, the latest ``__manifest`` is read again and
+  what it pins is kept: the latest ``__manifest`` version and everything it or any retained
+  snapshot pins are never "old";
+* two things always obey the floor, even under the override, because removing them could
+  break a *published* snapshot rather than a running write: ``__manifest``'s own
+  unreferenced files (the rows of a ``__manifest`` commit between their write and the
+  commit) and unreferenced table directories (a reservation creates a partition's table just
+  before the ``__manifest`` commit that publishes it). Lance's hidden temporary files
+  (``.tmp*``, a write in progress) obey the floor too.
+
 Races with live writers, and why they are safe when ``older_than`` exceeds the longest
-write job (the default is 7 days):
+write job (the default is 7 days; at least the floor):
 
 1. *A writer publishes a newer ``read_version`` while cleanup runs.* The new version was
    committed by that writer during its run, so it is younger than the cut-off and not a
-   candidate; besides, the latest ``__manifest`` is re-read right before each table is cleaned
-   and its pins are added. The version it replaces stays too: the snapshot that pinned it was
-   current until just now, so it is a retained snapshot.
+   candidate; besides, the latest ``__manifest`` is re-read right before each table's
+   versions are removed and its pins are added. The version it replaces stays too: the
+   snapshot that pinned it was current until just now, so it is a retained snapshot.
 2. *A writer still holds an older snapshot* (it planned on ``read_version`` 3 while another
    job published 4) and opens version 3 to rebase. Version 3 is pinned by that snapshot,
    which stays retained for ``older_than`` after it was superseded.
 3. *A writer committed a table version and has not published it yet.* It is the latest
    version (kept), or it was superseded by a concurrent writer's commit less than
-   ``older_than`` ago (kept).
+   ``older_than`` ago (kept), or its files are younger than the cut-off (kept).
 4. *A writer has written fragments (or a Spark job a new table directory) but not committed
-   them.* Their files are younger than the cut-off (kept). Before a table's unreferenced
-   files are deleted, the versions committed since they were listed are read again.
+   them.* Their files are younger than the cut-off (kept). Each unreferenced file is checked
+   again right before its delete.
 
-What can go wrong with an ``older_than`` shorter than a running job (``timedelta(0)`` is for
-a namespace no one writes to, for example in tests): that job's uncommitted fragments or new
-table directories can be deleted, after which its commit publishes a version whose files are
-missing; and a version it committed but has not published yet can be removed when a
-concurrent job committed after it. A write that starts after cleanup finished is never
-affected. A short ``older_than`` is therefore logged as a warning.
+What ``allow_short_retention`` can still break (an ``older_than`` shorter than a running
+job): that job's uncommitted fragments, or versions it committed and a concurrent job
+superseded, can be removed. The job then fails before publishing anything: its publish
+checks that every data file it wrote and every table version it is about to publish still
+exist (:mod:`lancepart.write.guard`, :class:`~lancepart.errors.DataFilesMissingError`), and
+a commit whose ``__manifest`` base or published ``read_version`` a cleanup removed rebases
+on the latest ``__manifest``. What remains is a window of milliseconds between that check
+and the ``__manifest`` commit in which a concurrent cleanup removing the job's files would
+go unnoticed; hence the floor, and the override only for a namespace no job writes to (tests,
+a quiet namespace). A write that starts after cleanup finished is never affected.
+
+What a cleanup reports: counts and :attr:`CleanupStats.removed` name only what really went
+(a dry run: what would go, computed with the same rules); :attr:`CleanupStats.skipped` names
+what could not be examined or removed (an unreadable ``__manifest`` version, a version
+still present after Lance's removal, a file whose delete failed, a table that cannot be
+opened) and :attr:`CleanupStats.errors` says why; the rest goes on, and the CLI exits 3. An
+unreadable retained ``__manifest`` version (a truncated manifest file, a deleted data file,
+or a read error) is left as it is; since what it pins is unknown, that run removes no table
+version and no unreferenced directory, and still removes the other ``__manifest`` versions
+and every table's unreferenced files. When Lance cannot list ``__manifest``'s versions at
+all, no ``__manifest`` version is removed either until it is repaired.
 
 Object stores (``s3://`` ...): everything goes through Lance (``cleanup_old_versions``,
 ``all_files``, ``tracked_files``, ``LanceFileSession``); nothing calls ``os`` on a URI. One
@@ -87,7 +130,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.file import LanceFileSession
 
-from lancepart.errors import InvalidArgumentError, LancepartError
+from lancepart.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    LancepartError,
+    NamespaceNotFoundError,
+    UnsafeRetentionError,
+)
 from lancepart.ids import check_location
 from lancepart.manifest import MANIFEST_DIR, Manifest, join_uri, normalize_root
 from lancepart.parallel import map_threads
@@ -97,13 +146,17 @@ from lancepart.results import CleanupStats
 log = logging.getLogger("lancepart.cleanup")
 
 DEFAULT_OLDER_THAN = timedelta(days=7)
+# Nothing younger than this is removed unless the caller says allow_short_retention=True.
+DEFAULT_RETENTION_FLOOR = timedelta(hours=1)
+# __manifest table metadata key that raises the floor of one namespace (never lowers it): a
+# number of seconds or a duration such as "6h", "2d", "1d12h".
+RETENTION_FLOOR_KEY = "lancepart.retention_floor"
 # Directory names lancepart gives partition tables: ids.table_location and spark.write.job_location.
 PARTITION_DIR = re.compile(r"^[0-9a-f]{8}_v[0-9]+(\$[0-9a-z]{16})+\$dataset$")
 PARTITION_TABLE_ID = re.compile(r"^v[0-9]+(\$[0-9a-z]{16})+\$dataset$")
 # Table sub-directories whose files are collected when no version references them.
 FILE_DIRS = ("data/", "_deletions/", "_transactions/", "_indices/")
 _PIN_COLUMNS = ("read_version", "read_branch", "read_tag")
-_WARN_BELOW = timedelta(hours=1)
 _REFRESH_EVERY = 0.5  # seconds between two looks at the latest __manifest while tables are cleaned
 
 
@@ -128,12 +181,56 @@ class _Tally:
     tables: int = 0
     removed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     def add(self, other: _Tally) -> None:
         for name in ("versions", "manifest_versions", "files", "bytes", "orphan_files", "orphan_dirs", "tables"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.removed.extend(other.removed)
         self.errors.extend(other.errors)
+        self.skipped.extend(other.skipped)
+
+    def skip(self, name: str, why: str) -> None:
+        """``name`` (a version, file, table or directory) was to be examined or removed and was not."""
+        self.skipped.append(name)
+        self.errors.append(f"{name}: {why}")
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(w|d|h|m|s)")
+_UNITS = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+
+
+def parse_retention(value: Any) -> timedelta:
+    """A retention given as seconds (``3600``, ``"3600"``) or a duration (``"6h"``, ``"1d12h"``).
+
+    >>> parse_retention("1d12h")
+    datetime.timedelta(days=1, seconds=43200)
+    """
+    if isinstance(value, timedelta):
+        return value
+    text = str(value).strip().lower()
+    try:
+        return timedelta(seconds=float(text))
+    except ValueError:
+        pass
+    if not text or _DURATION.sub("", text):
+        raise ConfigError(f"{RETENTION_FLOOR_KEY}: {value!r} is neither a number of seconds nor a duration "
+                          f"like 6h, 2d or 1d12h")
+    total = timedelta(0)
+    for number, unit in _DURATION.findall(text):
+        total += timedelta(**{_UNITS[unit]: float(number)})
+    return total
+
+
+def retention_floor(metadata: Mapping[str, str]) -> timedelta:
+    """The retention floor of a namespace whose ``__manifest`` table metadata is ``metadata``:
+    :data:`DEFAULT_RETENTION_FLOOR`, raised (never lowered) by :data:`RETENTION_FLOOR_KEY`.
+
+    >>> retention_floor({"lancepart.retention_floor": "6h"})
+    datetime.timedelta(seconds=21600)
+    """
+    value = metadata.get(RETENTION_FLOOR_KEY)
+    return DEFAULT_RETENTION_FLOOR if value is None else max(DEFAULT_RETENTION_FLOOR, parse_retention(value))
 
 
 def _epoch(version: Mapping[str, Any]) -> float:
@@ -174,9 +271,11 @@ def _referenced(tracked: pa.Table) -> tuple[set[str], set[str]]:
     return paths, {d for p in paths if (d := _index_dir(p)) is not None}
 
 
-def _unreferenced(files: pa.Table, tracked: pa.Table, cutoff: float, exclude: set[str]) -> pa.Table:
+def _unreferenced(files: pa.Table, tracked: pa.Table, cutoff: float, exclude: set[str],
+                  tmp_cutoff: float | None = None) -> pa.Table:
     """Rows of ``files`` (``all_files``) in a collectable directory, modified before ``cutoff``,
-    that no row of ``tracked`` (``tracked_files``) references and that are not in ``exclude``."""
+    that no row of ``tracked`` (``tracked_files``) references and that are not in ``exclude``;
+    hidden temporary files only when also modified before ``tmp_cutoff``."""
     if files.num_rows == 0:
         return files
     paths, index_dirs = _referenced(tracked)
@@ -185,18 +284,45 @@ def _unreferenced(files: pa.Table, tracked: pa.Table, cutoff: float, exclude: se
     keep = [(_is_collectable(p) and p not in paths and p not in exclude
              and (_index_dir(p) is None or _index_dir(p) not in index_dirs))
             for p in files.column("path").to_pylist()]  # per file name, not per data row
+    if tmp_cutoff is not None:  # Lance's temporary files (".tmp...") are a write in progress
+        young = pc.greater_equal(files.column("last_modified"), pa.scalar(int(tmp_cutoff * 1e6),
+                                                                          pa.timestamp("us", tz="UTC")))
+        keep = [k and not (y and p.rsplit("/", 1)[-1].startswith(".")) for k, y, p in
+                zip(keep, young.to_pylist(), files.column("path").to_pylist(), strict=True)]
     return files.filter(pa.array(keep, pa.bool_()))
+
+
+def set_retention_floor(root: str | os.PathLike[str], floor: timedelta,
+                        storage_options: Mapping[str, str] | None = None) -> None:
+    """Raise the retention floor of the namespace at ``root`` to ``floor`` (stored as whole
+    seconds under the ``__manifest`` table metadata key :data:`RETENTION_FLOOR_KEY`; a metadata
+    commit that concurrent publishes keep). A floor below :data:`DEFAULT_RETENTION_FLOOR` is
+    refused: the default always holds.
+
+    >>> # set_retention_floor("/data/events", timedelta(hours=6))
+    """
+    if not isinstance(floor, timedelta) or floor < DEFAULT_RETENTION_FLOOR:
+        raise InvalidArgumentError(f"floor must be a datetime.timedelta of at least {DEFAULT_RETENTION_FLOOR}, "
+                                   f"got {floor!r}")
+    Manifest(normalize_root(root), storage_options).dataset().update_metadata(
+        {RETENTION_FLOOR_KEY: str(int(floor.total_seconds()))})
 
 
 class _Run:
     """One cleanup pass over a namespace root."""
 
-    def __init__(self, root: str, older_than: timedelta, dry_run: bool,
+    def __init__(self, root: str, older_than: timedelta, floor: timedelta, dry_run: bool,
                  storage_options: Mapping[str, str] | None) -> None:
         self.root = root
         self.so = dict(storage_options) if storage_options else None
         self.dry_run = dry_run
-        self.cutoff = time.time() - older_than.total_seconds()
+        now = time.time()
+        self.cutoff = now - older_than.total_seconds()
+        # Two things obey the floor even under allow_short_retention: __manifest's own unreferenced
+        # files (a writer's rows between their write and its commit) and unreferenced table
+        # directories (a reservation creates a partition's table just before the commit that
+        # publishes it). Removing either in that moment would break a published snapshot.
+        self.manifest_file_cutoff = self.dir_cutoff = min(self.cutoff, now - floor.total_seconds())
         self.manifest = Manifest(root, self.so)
         self.local = "://" not in root or root.startswith("file://")
         self.pins: dict[str, _Pins] = {}  # location -> pins of every retained snapshot
@@ -206,22 +332,37 @@ class _Run:
         self.manifest_removable: list[int] = []
         self.refreshed = 0.0  # monotonic time of the last look at the latest __manifest
         self.lock = threading.Lock()  # tables are cleaned on threads; the pins grow as __manifest moves
+        self.notes = _Tally()  # what planning had to skip (unreadable __manifest versions)
+        self.pins_unknown = False  # a retained __manifest version could not be read
 
     # ------------------------------------------------------------------ what retained snapshots pin
+    def _version_pins(self, v: int) -> pa.Table | None:
+        """The table rows (object_id, location, read_*) of ``__manifest`` version ``v``; None when
+        the version is gone (an earlier cleanup) or cannot be read (reported as skipped)."""
+        cols = ["object_id", "location", *_PIN_COLUMNS]
+        try:
+            ds = self.manifest.dataset(v)
+            rows = ds.to_table(columns=["object_type", *[c for c in cols if c in ds.schema.names]])
+        except NamespaceNotFoundError:
+            return None
+        except (OSError, ValueError, RuntimeError, LancepartError) as e:
+            # what it pins is unknown: no table version and no directory is removed in this run
+            self.pins_unknown = True
+            self.notes.skip(f"{MANIFEST_DIR}@v{v}", f"cannot be read ({type(e).__name__}: {e}); left as it is, "
+                                                    f"and no table version or directory it may pin is removed")
+            return None
+        rows = rows.filter(pc.equal(rows.column("object_type"), "table"))
+        for c in cols:  # a plain DirectoryNamespace manifest has no read_* columns: nothing pinned
+            if c not in rows.column_names:
+                rows = rows.append_column(c, pa.nulls(rows.num_rows, pa.uint64() if c == "read_version" else
+                                                      pa.utf8()))
+        return rows.select(cols).cast(pa.schema([(c, pa.uint64() if c == "read_version" else pa.utf8())
+                                                 for c in cols]))
+
     def _read_pins(self, versions: Iterable[int]) -> None:
         todo = sorted(set(versions) - self.seen_manifest_versions)
         cols = ["object_id", "location", *_PIN_COLUMNS]
-        parts = []
-        for v in todo:
-            ds = self.manifest.dataset(v)
-            rows = ds.to_table(columns=["object_type", *[c for c in cols if c in ds.schema.names]])
-            rows = rows.filter(pc.equal(rows.column("object_type"), "table"))
-            for c in cols:  # a plain DirectoryNamespace manifest has no read_* columns: nothing pinned
-                if c not in rows.column_names:
-                    rows = rows.append_column(c, pa.nulls(rows.num_rows, pa.uint64() if c == "read_version" else
-                                                          pa.utf8()))
-            parts.append(rows.select(cols).cast(pa.schema([(c, pa.uint64() if c == "read_version" else pa.utf8())
-                                                           for c in cols])))
+        parts = [t for v in todo if (t := self._version_pins(v)) is not None]
         if parts:
             # the same pins repeat in every version: one row per distinct (table, pin) from here on
             distinct = pa.concat_tables(parts).group_by(cols, use_threads=False).aggregate([])
@@ -243,51 +384,150 @@ class _Run:
     def _refresh_pins(self, force: bool = False) -> None:
         """Add the pins of ``__manifest`` versions committed since we last looked (at most every
         ``_REFRESH_EVERY`` seconds unless ``force``: one look per table would serialise a cleanup of
-        10^4 tables on the object store's latency)."""
+        10^4 tables on the object store's latency; deletions force it)."""
         with self.lock:
             if not force and time.monotonic() - self.refreshed < _REFRESH_EVERY:
                 return
             self.refreshed = time.monotonic()
             latest = self.manifest.dataset()
-            newer = [v for v in range(max(self.seen_manifest_versions) + 1, latest.version + 1)]
+            newer = [v for v in range(max(self.seen_manifest_versions, default=0) + 1, latest.version + 1)]
             if newer:
                 self._read_pins(newer)
 
     def plan_manifest(self) -> None:
         ds = self.manifest.dataset()
         self.manifest_ds = ds
-        versions = ds.versions()
+        try:
+            versions = ds.versions()
+        except (OSError, ValueError, RuntimeError) as e:
+            # a corrupt version manifest: Lance can neither list nor clean the versions of __manifest;
+            # keep them all, honour the pins of every one that still reads, clean the tables
+            self.notes.skip(MANIFEST_DIR, f"its versions cannot be listed ({type(e).__name__}: {e}); no __manifest "
+                                          f"version is removed until it is repaired")
+            self._read_pins(range(1, ds.version + 1))
+            return
         self.manifest_removable = _removable(versions, self.cutoff, _tag_versions(ds).values())
         gone = set(self.manifest_removable)
         self._read_pins(int(v["version"]) for v in versions if int(v["version"]) not in gone)
 
     # ------------------------------------------------------------------ one table
-    def _lance_cleanup(self, ds: lance.LanceDataset, location: str, removable: list[int],
-                       tally: _Tally) -> set[str]:
-        """Remove ``removable`` versions (or explain it, in a dry run); the files it removes."""
+    def _file_cutoff(self, location: str) -> float:
+        return self.manifest_file_cutoff if location == MANIFEST_DIR else self.cutoff
+
+    def _defer_young(self, ds: lance.LanceDataset, location: str, removable: list[int]) -> list[int]:
+        """``removable`` minus every version that references a file modified after the cut-off
+        (the version's timestamp, from its writer's clock, says it is old; the store's clock
+        says its files are young: no file younger than the retention in force is deleted)."""
         if not removable:
-            return set()
+            return removable
+        files = ds.all_files().read_all()
+        stamp = pa.scalar(int(self.cutoff * 1e6), pa.timestamp("us", tz="UTC"))
+        young = files.filter(pc.greater_equal(files.column("last_modified"), stamp)).column("path")
+        if len(young) == 0:
+            return removable
+        tracked = ds.tracked_files().read_all()
+        holding = set(tracked.filter(pc.is_in(tracked.column("path"), young)).column("version").to_pylist())
+        kept = [v for v in removable if v not in holding]
+        if len(kept) < len(removable):
+            log.info("%s: versions %s reference files younger than the retention; kept for a later cleanup",
+                     location, sorted(set(removable) - set(kept)))
+        return kept
+
+    def _lance_call(self, ds: lance.LanceDataset, location: str, removable: list[int], tally: _Tally,
+                    call: Any) -> list[tuple[list[int], Any]]:
+        """``call(versions)`` for all of ``removable`` at once, or (when that fails: a corrupt
+        version) for each version alone; the ones that still fail are skipped."""
+        try:
+            return [(removable, call(removable))]
+        except (OSError, ValueError, RuntimeError) as e:
+            if len(removable) == 1:
+                tally.skip(f"{location}@v{removable[0]}", f"cannot be removed ({type(e).__name__}: {e})")
+                return []
+        out = []
+        for v in removable:
+            try:
+                out.append(([v], call([v])))
+            except (OSError, ValueError, RuntimeError) as e:
+                tally.skip(f"{location}@v{v}", f"cannot be removed ({type(e).__name__}: {e})")
+        return out
+
+    def _lance_cleanup(self, uri: str, ds: lance.LanceDataset, location: str, removable: list[int],
+                       tally: _Tally) -> tuple[list[int], set[str]]:
+        """Remove ``removable`` versions (or explain it, in a dry run); (the versions removed,
+        the files it removes)."""
+        if not self.dry_run and location != MANIFEST_DIR and removable:
+            # right before the delete: the pins of the latest __manifest (a writer may have just
+            # published one of these versions)
+            self._refresh_pins(force=True)
+            with self.lock:
+                pinned = set(self.pins[location].versions)
+            removable = [v for v in removable if v not in pinned]
+        removable = self._defer_young(ds, location, removable)
+        if not removable:
+            return [], set()
+        gone: set[str] = set()
+        done: list[int] = []
         if self.dry_run:
-            ex = ds.explain_cleanup_old_versions(versions=removable, error_if_tagged_old_versions=False,
-                                                 include_files=True, max_files=1 << 40)
-            stats, gone = ex.stats, {_rel(c.path, location) for c in ex.candidate_files}
+            def explain(vs: list[int]) -> Any:
+                return ds.explain_cleanup_old_versions(versions=vs, error_if_tagged_old_versions=False,
+                                                       include_files=True, max_files=1 << 40)
+            for vs, ex in self._lance_call(ds, location, removable, tally, explain):
+                stats = ex.stats
+                gone |= {_rel(c.path, location) for c in ex.candidate_files}
+                done += vs
+                self._count_versions(stats, tally)
         else:
-            stats, gone = ds.cleanup_old_versions(versions=removable, error_if_tagged_old_versions=False), set()
-            if stats.failed_deletes:
-                tally.errors.append(f"{location}: {stats.failed_deletes} files could not be deleted; "
-                                    f"the next cleanup retries them")
-        tally.versions += stats.old_versions
+            def clean(vs: list[int]) -> Any:
+                return ds.cleanup_old_versions(versions=vs, error_if_tagged_old_versions=False)
+            for vs, stats in self._lance_call(ds, location, removable, tally, clean):
+                if stats.failed_deletes:
+                    tally.skip(f"{location}", f"{stats.failed_deletes} files could not be deleted; "
+                                              f"the next cleanup retries them")
+                done += vs
+                self._count_versions(stats, tally)
+            try:  # report what really went, not what was asked for
+                left = set(done) & {int(v["version"]) for v in lance.dataset(uri, storage_options=self.so).versions()}
+            except (OSError, ValueError, RuntimeError):
+                left = set()
+            for v in sorted(left):
+                tally.skip(f"{location}@v{v}", "still present after its removal")
+            done = [v for v in done if v not in left]
+        tally.versions += len(done)
+        tally.removed.extend(f"{location}@v{v}" for v in done)
+        return done, gone
+
+    @staticmethod
+    def _count_versions(stats: Any, tally: _Tally) -> None:
         tally.files += (stats.old_versions + stats.data_files_removed + stats.transaction_files_removed
                         + stats.index_files_removed + stats.deletion_files_removed)
         tally.bytes += stats.bytes_removed
-        tally.removed.extend(f"{location}@v{v}" for v in removable)
-        return gone
+
+    def _still_unreferenced(self, uri: str, path: str, state: dict[str, Any]) -> bool:
+        """Right before a delete: no version committed since ``state["seen"]`` references
+        ``path``, and (local stores) the file was not modified after the cut-off."""
+        latest = lance.dataset(uri, storage_options=self.so)
+        if latest.version > state["seen"]:
+            late = latest.tracked_files(min_version=state["seen"] + 1).read_all()
+            paths, dirs = _referenced(late)
+            state["paths"] |= paths
+            state["dirs"] |= dirs
+            state["seen"] = latest.version
+        if path in state["paths"] or _index_dir(path) in state["dirs"]:
+            return False
+        if self.local:
+            base = uri[len("file://"):] if uri.startswith("file://") else uri
+            try:
+                return os.stat(os.path.join(base, path)).st_mtime < state["cutoff"]
+            except FileNotFoundError:
+                return False
+        return True
 
     def _collect_files(self, uri: str, location: str, ds: lance.LanceDataset, removable: list[int],
                        gone: set[str], tally: _Tally) -> None:
         """Delete (or count) the files of a table that no version references."""
         if ds.branches.list():
             return  # branch manifests reference main's files; tracked_files does not list them
+        cutoff = self._file_cutoff(location)
         if self.dry_run:
             tracked = ds.tracked_files().read_all()
             if removable:  # as if the versions were gone already
@@ -299,20 +539,24 @@ class _Run:
             seen = ds.version
             files = ds.all_files().read_all()
             tracked = ds.tracked_files().read_all()
-        orphans = _unreferenced(files, tracked, self.cutoff, gone)
+        orphans = _unreferenced(files, tracked, cutoff, gone, self.dir_cutoff)
         if orphans.num_rows and not self.dry_run:
-            # versions committed since we listed may reference a file we took for an orphan
-            late = lance.dataset(uri, storage_options=self.so).tracked_files(min_version=seen + 1).read_all()
-            if late.num_rows:
-                orphans = _unreferenced(orphans, late, self.cutoff, set())
+            # each file is looked at again right before its delete: versions committed since we
+            # listed may reference it, and it may have been rewritten
+            state: dict[str, Any] = {"seen": seen, "paths": set(), "dirs": set(), "cutoff": cutoff}
             session = LanceFileSession(uri, storage_options=self.so)
+            deleted = []
             for path in orphans.column("path").to_pylist():
+                if not self._still_unreferenced(uri, path, state):
+                    continue
                 try:
                     session.delete_file(path)
                 except OSError as e:
                     if session.contains(path):
-                        tally.errors.append(f"{location}/{path}: {e}")
-                        orphans = orphans.filter(pc.not_equal(orphans.column("path"), path))
+                        tally.skip(f"{location}/{path}", f"cannot be deleted ({e})")
+                        continue
+                deleted.append(path)
+            orphans = orphans.filter(pc.is_in(orphans.column("path"), pa.array(deleted, pa.utf8())))
         tally.orphan_files += orphans.num_rows
         tally.files += orphans.num_rows
         tally.bytes += int(pc.sum(orphans.column("size_bytes")).as_py() or 0)
@@ -331,24 +575,26 @@ class _Run:
                 pinned_versions, pinned_tags = set(pins.versions), set(pins.tags)
             missing = pinned_tags - set(tags)
             if missing:
-                tally.errors.append(f"{location} ({pins.object_id}): read_tag {sorted(missing)} does not exist; "
-                                    f"left untouched")
+                tally.skip(location, f"({pins.object_id}): read_tag {sorted(missing)} does not exist; left untouched")
                 return tally
             keep = pinned_versions | {tags[t] for t in pinned_tags} | set(tags.values())
-            removable = _removable(ds.versions(), self.cutoff, keep)
-            gone = self._lance_cleanup(ds, location, removable, tally)
+            removable = [] if self.pins_unknown else _removable(ds.versions(), self.cutoff, keep)
+            removable, gone = self._lance_cleanup(uri, ds, location, removable, tally)
             self._collect_files(uri, location, ds, removable, gone, tally)
-        except (OSError, ValueError, LancepartError) as e:
-            tally.errors.append(f"{location} ({self.pins[location].object_id}): {type(e).__name__}: {e}")
+        except (OSError, ValueError, RuntimeError, LancepartError) as e:
+            tally.skip(location, f"({self.pins[location].object_id}): {type(e).__name__}: {e}")
         return tally
 
     def clean_manifest(self) -> _Tally:
         tally = _Tally()
         ds = self.manifest_ds
         assert ds is not None
-        gone = self._lance_cleanup(ds, MANIFEST_DIR, self.manifest_removable, tally)
+        removable, gone = self._lance_cleanup(self.manifest.uri, ds, MANIFEST_DIR, self.manifest_removable, tally)
         tally.manifest_versions = tally.versions
-        self._collect_files(self.manifest.uri, MANIFEST_DIR, ds, self.manifest_removable, gone, tally)
+        try:
+            self._collect_files(self.manifest.uri, MANIFEST_DIR, ds, removable, gone, tally)
+        except (OSError, ValueError, RuntimeError) as e:
+            tally.skip(MANIFEST_DIR, f"unreferenced files not examined: {type(e).__name__}: {e}")
         return tally
 
     # ------------------------------------------------------------------ unreferenced directories
@@ -367,7 +613,10 @@ class _Run:
             out = []
             for d, _, names in os.walk(base):
                 for n in names:
-                    st = os.lstat(os.path.join(d, n))
+                    try:
+                        st = os.lstat(os.path.join(d, n))
+                    except FileNotFoundError:
+                        continue
                     out.append((os.path.relpath(os.path.join(d, n), base), st.st_size, st.st_mtime))
             return out, None
         try:
@@ -379,35 +628,45 @@ class _Run:
         return list(zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), mtimes,
                         strict=True)), None
 
-    def _remove_dir(self, name: str, files: Sequence[tuple[str, int, float]]) -> None:
+    def _remove_dir(self, name: str) -> bool:
+        """Remove the directory; whether nothing of it is left."""
         uri = join_uri(self.root, name)
         if self.local:
-            shutil.rmtree(uri[len("file://"):] if uri.startswith("file://") else uri)
-            return
+            path = uri[len("file://"):] if uri.startswith("file://") else uri
+            shutil.rmtree(path)
+            return not os.path.exists(path)
         session = LanceFileSession(uri, storage_options=self.so)
         for path in session.list():
             session.delete_file(path[len(name) + 1:] if path.startswith(name + "/") else path)
+        return not list(session.list())
 
     def collect_directories(self) -> _Tally:
         tally = _Tally()
+        if self.pins_unknown:
+            return tally  # an unreadable retained snapshot may reference any of them
         referenced = set(self.pins) | self.other_locations
         for name in self._directories():
             if name == MANIFEST_DIR or name in referenced or not PARTITION_DIR.match(name):
                 continue
             files, why = self._dir_files(name)
             if files is None:
-                tally.errors.append(f"{join_uri(self.root, name)}: not referenced by __manifest but {why}")
+                tally.skip(join_uri(self.root, name), f"not referenced by __manifest but {why}")
                 continue
-            if any(mtime >= self.cutoff for _, _, mtime in files):
-                continue  # a job may still be writing it
+            if any(mtime >= self.dir_cutoff for _, _, mtime in files):
+                continue  # a job may still be writing it, or reserving it
             if not self.dry_run:
                 self._refresh_pins(force=True)  # a job may have reserved it since
                 if name in self.pins or name in self.other_locations:
                     continue
+                files, _ = self._dir_files(name)  # and written into it since we listed
+                if files is None or any(mtime >= self.dir_cutoff for _, _, mtime in files):
+                    continue
                 try:
-                    self._remove_dir(name, files)
+                    if not self._remove_dir(name):
+                        tally.skip(name + "/", "still present after its removal")
+                        continue
                 except OSError as e:
-                    tally.errors.append(f"{join_uri(self.root, name)}: {e}")
+                    tally.skip(name + "/", f"cannot be removed ({e})")
                     continue
             tally.orphan_dirs += 1
             tally.files += len(files)
@@ -423,6 +682,7 @@ def cleanup(
     dry_run: bool = False,
     storage_options: Mapping[str, str] | None = None,
     max_workers: int = 8,
+    allow_short_retention: bool = False,
 ) -> CleanupStats:
     """Remove what no retained snapshot of the namespace at ``root`` needs (see the module
     docstring for the rules): partition table versions and ``__manifest`` versions superseded
@@ -430,9 +690,16 @@ def cleanup(
     directories, all older than ``older_than``. Never anything a ``read_version``,
     ``read_tag`` or ``read_branch`` of a retained ``__manifest`` version pins.
 
+    ``older_than`` below the namespace's retention floor (:func:`retention_floor`: one hour, or
+    more if the ``__manifest`` table metadata key ``lancepart.retention_floor`` says so) raises
+    :class:`~lancepart.errors.UnsafeRetentionError`, also for a dry run, unless
+    ``allow_short_retention=True`` (for a namespace no job writes to; see the module docstring
+    for what it can break).
+
     ``dry_run=True`` removes nothing and reports what would go (:attr:`CleanupStats.removed`)
-    with the same counts and bytes. Failures on single tables or files are reported in
-    :attr:`CleanupStats.errors`; the rest goes on.
+    with the same counts and bytes. Counts name only what really went. What could not be
+    examined or removed is named in :attr:`CleanupStats.skipped` (why: in
+    :attr:`CleanupStats.errors`); the rest goes on.
 
     >>> # cleanup("/data/events", timedelta(days=7)).bytes_removed
     """
@@ -440,11 +707,21 @@ def cleanup(
         raise InvalidArgumentError(f"older_than must be a non-negative datetime.timedelta, got {older_than!r}")
     root_s = normalize_root(root)
     ensure_intact(root_s, storage_options)  # a stripped __manifest: refuse (lancepart.repair)
-    if older_than < _WARN_BELOW and not dry_run:
-        log.warning("cleanup of %s with older_than=%s: files and versions of write jobs running longer than that "
-                    "can be removed (see lancepart.maintenance.cleanup)", root_s, older_than)
+    floor = retention_floor(Manifest(root_s, storage_options).dataset().metadata)
+    if older_than < floor:
+        if not allow_short_retention:
+            raise UnsafeRetentionError(
+                f"cleanup of {root_s} with older_than={older_than} is below the retention floor {floor} of this "
+                f"namespace (at least {DEFAULT_RETENTION_FLOOR}; raised by the __manifest metadata key "
+                f"{RETENTION_FLOOR_KEY!r}): files and versions of running write jobs would be removed. Use a "
+                f"retention of at least {floor}, or pass allow_short_retention=True (CLI --allow-short-retention) "
+                f"only when no job writes to the namespace")
+        if not dry_run:
+            log.warning("cleanup of %s with older_than=%s below the retention floor %s (allow_short_retention): "
+                        "write jobs running longer than that can fail (see lancepart.maintenance.cleanup)",
+                        root_s, older_than, floor)
     started = time.monotonic()
-    run = _Run(root_s, older_than, dry_run, storage_options)
+    run = _Run(root_s, older_than, floor, dry_run, storage_options)
     run.plan_manifest()
     total = _Tally()
     # __manifest first: a cleanup that dies half way then leaves table versions no snapshot
@@ -453,14 +730,16 @@ def cleanup(
     for t in map_threads(run.clean_table, sorted(run.pins), max_workers=max_workers):
         total.add(t)
     total.add(run.collect_directories())
+    total.add(run.notes)
     stats = CleanupStats(
         versions_removed=total.versions, files_removed=total.files, bytes_removed=total.bytes,
         tables_scanned=total.tables, dry_run=dry_run, manifest_versions_removed=total.manifest_versions,
         orphan_files_removed=total.orphan_files, orphan_dirs_removed=total.orphan_dirs,
         removed=tuple(sorted(total.removed)), errors=tuple(total.errors),
-        seconds=round(time.monotonic() - started, 3),
+        seconds=round(time.monotonic() - started, 3), skipped=tuple(sorted(set(total.skipped))),
     )
-    log.info("cleanup %s%s: %d versions, %d files, %d bytes, %d tables, %d unreferenced directories",
+    log.info("cleanup %s%s: %d versions, %d files, %d bytes, %d tables, %d unreferenced directories%s",
              root_s, " (dry run)" if dry_run else "", stats.versions_removed, stats.files_removed,
-             stats.bytes_removed, stats.tables_scanned, stats.orphan_dirs_removed)
+             stats.bytes_removed, stats.tables_scanned, stats.orphan_dirs_removed,
+             f"; {len(stats.skipped)} skipped" if stats.skipped else "")
     return stats

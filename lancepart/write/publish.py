@@ -29,6 +29,7 @@ from lancepart.manifest import Manifest, ManifestSnapshot
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import faults
+from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.tables import commit_table
 
 log = logging.getLogger("lancepart.write")
@@ -127,8 +128,9 @@ def publish(
         def commit_one(item: tuple[str, int | None]) -> int:
             oid, published = item
             w = by_oid[oid]
-            version = commit_table(manifest.root, w.location, published, w.fragments, overwrite=overwrite,
-                                   storage_options=manifest.storage_options)
+            version = commit_on_published(manifest, snap.version, oid, w.location, published, lambda: commit_table(
+                manifest.root, w.location, published, w.fragments, overwrite=overwrite,
+                storage_options=manifest.storage_options))
             if published is not None and version <= published:
                 raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
             faults.checkpoint("after_table_commit")
@@ -137,6 +139,8 @@ def publish(
         for (oid, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
             done[oid] = (published, version)
         faults.checkpoint("after_table_commits")
+        check_files_present(manifest.root, [(o, by_oid[o].location, done[o][1], by_oid[o].fragments) for o in by_oid],
+                            manifest.storage_options)
         rows = snap.with_read_versions({oid: done[oid][1] for oid in by_oid})
         if batch_id is not None:
             rows = _record_batch(rows, spec_namespace, batch_id, snap.version + 1)

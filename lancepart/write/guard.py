@@ -1,0 +1,117 @@
+"""What a publish checks against a cleanup that ran during the write.
+
+A cleanup with a retention shorter than a write job (``allow_short_retention=True``) can
+delete the job's fragments before its table commit references them, or a table version it
+committed before its ``__manifest`` commit publishes it. Lance commits a version that names
+missing files without complaint, so the publish would succeed and the partition would be
+unreadable from then on, earlier rows included. Two guards, both before anything is
+published (docs/retention.md):
+
+* :func:`check_files_present` right before the ``__manifest`` commit: every table version
+  about to be published still exists, and every data file the job wrote exists (one
+  existence check per file, on the bounded thread pool); else
+  :class:`~lancepart.errors.DataFilesMissingError` naming the table and the file.
+* :func:`commit_on_published` around each table commit: when the published version the commit
+  builds on is gone, the job rebases on the newer ``__manifest`` if there is one (a cleanup
+  removed a version that is no longer published), else fails with a typed error naming the
+  table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import lance
+from lance.file import LanceFileSession
+from lance.fragment import FragmentMetadata
+
+from lancepart.errors import DataFilesMissingError
+from lancepart.manifest import Manifest, ManifestConflict, join_uri
+from lancepart.parallel import map_threads
+
+
+def is_not_found(e: BaseException) -> bool:
+    """Whether a Lance error says a version manifest or data file does not exist."""
+    text = str(e).lower()
+    return isinstance(e, (OSError, ValueError, RuntimeError)) and ("not found" in text or "no such file" in text)
+
+
+def _local_path(uri: str) -> str | None:
+    if uri.startswith("file://"):
+        return uri[len("file://"):]
+    return None if "://" in uri else uri
+
+
+def check_files_present(
+    root: str,
+    tables: Sequence[tuple[str, str, int, Sequence[FragmentMetadata]]],
+    storage_options: Mapping[str, str] | None = None,
+) -> None:
+    """Raise :class:`DataFilesMissingError` unless, for each ``(object_id, location, version,
+    fragments)``, ``version`` of the table still exists and every data file of ``fragments`` is
+    on storage. Nothing is published yet when this runs, so nothing is.
+
+    >>> # check_files_present(root, [("v1$...$dataset", "3f9a0c1e_v1$...$dataset", 5, frags)])
+    """
+    so = dict(storage_options) if storage_options else None
+
+    def version_gone(item: tuple[str, str, int, Sequence[FragmentMetadata]]) -> bool:
+        try:
+            lance.dataset(join_uri(root, item[1]), version=item[2], storage_options=so)
+        except (OSError, ValueError, RuntimeError) as e:
+            if not is_not_found(e):
+                raise
+            return True
+        return False
+
+    for (oid, location, version, _), gone in zip(tables, map_threads(version_gone, tables), strict=True):
+        if gone:
+            raise DataFilesMissingError(
+                f"partition table {oid} at {join_uri(root, location)}: version {version}, committed by this write, "
+                f"was removed before it was published (a cleanup with a retention shorter than the write); nothing "
+                f"was published, run the write again")
+
+    checks = [(oid, join_uri(root, location), f"data/{df.path}")
+              for oid, location, _, fragments in tables for f in fragments for df in f.files]
+    sessions: dict[str, LanceFileSession] = {}
+
+    def exists(item: tuple[str, str, str]) -> bool:
+        _, uri, path = item
+        local = _local_path(uri)
+        if local is not None:
+            return os.path.exists(os.path.join(local, path))
+        session = sessions.get(uri)
+        if session is None:  # one per table, shared by its threads (a race makes a spare one)
+            session = sessions[uri] = LanceFileSession(uri, storage_options=so)
+        return session.contains(path)
+
+    missing = [item for item, ok in zip(checks, map_threads(exists, checks), strict=True) if not ok]
+    if missing:
+        oid, uri, path = missing[0]
+        raise DataFilesMissingError(
+            f"partition table {oid}: data file {uri}/{path} written by this write is gone from storage "
+            f"({len(missing)} of its {len(checks)} data files missing; a cleanup with a retention shorter than the "
+            f"write removed them); nothing was published, run the write again")
+
+
+def commit_on_published(manifest: Manifest, snapshot_version: int, object_id: str, location: str,
+                        published: int | None, commit: Callable[[], Any]) -> Any:
+    """``commit()`` (a table commit on top of the ``published`` read_version of the snapshot
+    ``snapshot_version``); when it fails because that version is gone from storage, raise
+    :class:`ManifestConflict` if ``__manifest`` moved on since the snapshot (the caller's
+    ``Manifest.update`` rebases on the newer one) or :class:`DataFilesMissingError` naming the
+    table if the version is still the published one."""
+    try:
+        return commit()
+    except (OSError, ValueError, RuntimeError) as e:
+        if not is_not_found(e):
+            raise
+        latest = manifest.dataset().version
+        if latest != snapshot_version:
+            raise ManifestConflict(f"{object_id}: published version {published} removed by a cleanup; "
+                                   f"__manifest moved from {snapshot_version} to {latest}") from e
+        raise DataFilesMissingError(
+            f"partition table {object_id} at {join_uri(manifest.root, location)}: its published read_version "
+            f"{published} is gone from storage ({e}); nothing was published") from e
