@@ -9,6 +9,8 @@
     lancepart cleanup ROOT [--older-than 7d] [--dry-run]
     lancepart evolve ROOT --spec FILE|JSON
     lancepart migrate ROOT [--dry-run]
+    lancepart verify ROOT [--deep]
+    lancepart drop-partitions ROOT --filter SQL [--dry-run]
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -20,7 +22,7 @@ Exit codes, stable for scripts: 0 success (also a skipped, already published bat
 1 unexpected error; 2 a lancepart error (bad spec, schema or filter, missing namespace, ...;
 the message names what is wrong); 64 bad usage; 75 a commit kept conflicting with
 concurrent writers (CommitConflictError): nothing was published, run it again;
-130 interrupted.
+130 interrupted; 3 verify found problems, or compact had to skip tables (the others were done).
 
 >>> # main(["--json", "describe", "/data/events"])
 """
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
 
 EXIT_OK, EXIT_FAILED, EXIT_LANCEPART, EXIT_USAGE, EXIT_RETRY, EXIT_INTERRUPTED = 0, 1, 2, 64, 75, 130
+EXIT_PROBLEMS = 3  # verify found problems; a maintenance run had to skip tables (args.exit_code)
 STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
 FORMATS = ("parquet", "csv", "json", "ipc")
 _EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".json": "json",
@@ -496,8 +499,12 @@ def _cmd_compact(args: argparse.Namespace) -> Any:
                         max_retries=args.max_retries, min_small_fragments=cc.min_small_fragments,
                         materialize_deletions_threshold=cc.materialize_deletions_threshold)
     out = {"root": ns.root, **result.to_dict()}
+    if result.failures:
+        args.exit_code = EXIT_PROBLEMS
     if args.json:
         return out
+    for oid, why in sorted(result.failures.items()):
+        print(f"  skipped: {oid}: {why}", file=sys.stderr)
     d = result.details or {}
     extra = "".join(f", {k.replace('_', ' ')} {d[k]}" for k in ("fragments_before", "fragments_after") if k in d)
     print(f"compacted {result.partitions_touched} partition tables of {ns.root}: manifest version "
@@ -566,6 +573,41 @@ def _cmd_migrate(args: argparse.Namespace) -> Any:
     for key in ("registered", "refreshed", "skipped"):
         for name, detail in (out.get(key) or {}).items():
             print(f"  {key}: {name} {detail}")
+    return None
+
+
+def _cmd_verify(args: argparse.Namespace) -> Any:
+    from lancepart.maintenance.verify import verify
+    from lancepart.manifest import normalize_root
+
+    root, so = _target(args)
+    root = normalize_root(root)
+    _Progress(args.quiet)(f"verifying {root}" + (" (deep: every row is read)" if args.deep else ""))
+    report = verify(root, so, deep=args.deep)
+    if not report.ok:
+        args.exit_code = EXIT_PROBLEMS
+    if args.json:
+        return {"root": root, **report.to_dict()}
+    for p in report.problems:
+        print(f"{p.kind}: {p.object_id}: {p.message}")
+    print(f"{root}: {'ok' if report.ok else f'{len(report.problems)} problems'}; {report.tables_checked} tables "
+          f"({report.tables_declared} declared only), {report.files_checked} files"
+          + (f", {report.rows_checked} rows read" if args.deep else "") + f", {report.seconds:.1f} s")
+    return None
+
+
+def _cmd_drop_partitions(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    _Progress(args.quiet)(f"dropping partitions of {ns.root} where {args.filter}"
+                          + (" (dry run)" if args.dry_run else ""))
+    result = ns.drop_partitions(args.filter, dry_run=args.dry_run, max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, **result.to_dict()}
+    verb = "would drop" if args.dry_run else "dropped"
+    for d in result.details["dropped"]:
+        print(f"  {verb}: {d['object_id']} ({d['location']})")
+    print(f"{verb} {result.partitions_touched} partitions of {ns.root}; manifest version {result.manifest_version}"
+          + ("" if args.dry_run else "; their files stay until `lancepart cleanup`"))
     return None
 
 
@@ -674,6 +716,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     mg = add("migrate", "bring a namespace written by an older layout up to date", _cmd_migrate)
     mg.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
+
+    vf = add("verify", "check that every published table and file is there and right (exit 3: problems)",
+             _cmd_verify, description="Check __manifest's columns, that every published table opens at its "
+                                      "pinned version, that every file it references exists and that its schema "
+                                      "is the namespace's; --deep also reads every row and recomputes its "
+                                      "partition values. Exit code 3 when problems are found.")
+    vf.add_argument("--deep", action="store_true", help="read every row and recompute its partition values")
+
+    dp = add("drop-partitions", "remove whole partitions from __manifest in one commit (files stay for cleanup)",
+             _cmd_drop_partitions,
+             description="Remove every partition the filter selects entirely from __manifest in one commit. The "
+                         "filter may only name identity-partitioned columns. Files stay until cleanup.")
+    dp.add_argument("--filter", required=True, metavar="SQL", help="e.g. \"event_date < DATE '2025-01-01'\"")
+    dp.add_argument("--dry-run", action="store_true", help="list what would be dropped, change nothing")
+    _max_retries(dp)
     return p
 
 
@@ -732,13 +789,13 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("lancepart: %(message)s"))
     if not args.quiet:
         logger.addHandler(handler)
-        long_running = args.command in ("ingest", "compact", "cleanup", "migrate")
+        long_running = args.command in ("ingest", "compact", "cleanup", "migrate", "verify")
         logger.setLevel(logging.INFO if long_running else logging.WARNING)
     try:
         out = args.func(args)
         if out is not None:
             _print(out, args.json)
-        return EXIT_OK
+        return getattr(args, "exit_code", EXIT_OK)
     except UsageError as e:
         return _fail(EXIT_USAGE, "usage", f"{e} (see: {parser.prog} {args.command} --help)", args.json)
     except CommitConflictError as e:
