@@ -84,8 +84,8 @@ def typed_error(e: BaseException, path: str, *, table: str | None = None, readin
     code = _errno(e)
     where = _where(path, table)
     if code == errno.ENOSPC or _matches(text, _FULL):
-        return StorageFullError(f"{where}: the storage is full (ENOSPC); nothing was published by this call. "
-                                f"Free space and run it again ({_short(text)})")
+        return StorageFullError(f"{where}: the storage is full (ENOSPC); the operation stopped there (a write "
+                                f"publishes all or nothing). Free space and run it again ({_short(text)})")
     if code in (errno.EACCES, errno.EPERM) or _matches(text, _DENIED):
         return StoragePermissionError(f"{where}: the storage refused access (permission denied); check the "
                                       f"owner and mode of the directory or the store's policy ({_short(text)})")
@@ -107,6 +107,15 @@ def typed_error(e: BaseException, path: str, *, table: str | None = None, readin
         return CorruptTableError(f"{where}: {'data file ' + f.group(1) if f else 'a data file'} cannot be read "
                                  f"({_short(text)}); `lancepart verify --deep` checks every table")
     return None
+
+
+_NO_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def missing_module(text: str) -> str | None:
+    """The package a ``ModuleNotFoundError`` text (also one relayed from a Spark executor) names."""
+    m = _NO_MODULE.search(text)
+    return m.group(1).split(".")[0] if m else None
 
 
 def _short(text: str, limit: int = 300) -> str:
