@@ -358,7 +358,7 @@ def test_compact_cli_exits_3_when_a_table_was_skipped(small, capsys):
 
 
 @pytest.mark.spark
-def test_spark_compaction_isolates_a_corrupt_table(small, spark):
+def test_spark_compaction_isolates_a_corrupt_table(small, spark, capsys):
     from lancepart import spark as lps
 
     ns, _ = small
@@ -367,6 +367,17 @@ def test_spark_compaction_isolates_a_corrupt_table(small, spark):
     broken = break_two_tables(ns)
     result = lps.compact(spark, ns.root, tables_per_task=1)
     assert_isolated(PartitionedNamespace.open(ns.root), result, broken, before, manifest_before)
+    # the spark-submit job reports the skipped tables and exits 3
+    cfg = yaml.safe_load((HERE.parent / "configs" / "compact-demo.yaml").read_text())
+    cfg["namespace"]["root"] = ns.root
+    cfg["compact"]["filter"] = None
+    (Path(ns.root).parent / "compact.yaml").write_text(yaml.safe_dump(cfg))
+    spec = importlib.util.spec_from_file_location("compact_job", HERE.parent / "jobs" / "compact.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    capsys.readouterr()
+    assert job.main(["--config", str(Path(ns.root).parent / "compact.yaml")]) == 3
+    assert set(json.loads(capsys.readouterr().out)["failures"]) == set(broken)
 
 
 # --------------------------------------------------------------------------- Spark
