@@ -248,3 +248,17 @@ def test_the_missing_dependency_text_names_the_package():
 
     assert missing_module("PythonException: ModuleNotFoundError: No module named 'lancepart.write'") == "lancepart"
     assert missing_module("everything fine") is None
+
+
+@pytest.mark.spark
+def test_spark_write_to_a_full_file_system_names_the_storage_full_table(small_fs, spark):
+    from lancepart import spark as lps
+    from lancepart.spark.sample import generated_events
+
+    root = str(small_fs / "ns")
+    create_ns(root)
+    with pytest.raises(Exception) as e:
+        lps.write(generated_events(spark, 300_000, seed=3), root)
+    # raised on an executor: typed where Spark hands the task's exception back, named in its text otherwise
+    assert "StorageFullError" in f"{type(e.value).__name__}: {e.value}" and root in str(e.value)
+    assert PartitionedNamespace.open(root).to_table().num_rows == 0
