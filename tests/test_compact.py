@@ -345,6 +345,16 @@ def test_one_corrupt_table_does_not_stop_the_others(small):
     assert "DataFilesMissingError" in result.failures[broken[0]] or "Not found" in result.failures[broken[0]]
 
 
+def test_a_table_that_cannot_be_opened_is_skipped_at_planning(small):
+    """A table whose published version no longer opens fails at planning: reported, the rest compacted."""
+    ns, _ = small
+    victim = ns.partitions()[4]
+    shutil.rmtree(os.path.join(table_uri(ns, victim.location), "_versions"))
+    result = ns.compact()
+    assert list(result.failures) == [victim.object_id] and "CorruptTableError" in result.failures[victim.object_id]
+    assert result.partitions_touched == 11
+
+
 def test_compact_cli_exits_3_when_a_table_was_skipped(small, capsys):
     from lancepart.cli import main
 

@@ -190,3 +190,15 @@ def test_a_writer_whose_publish_comes_after_the_drop_publishes_nothing_and_its_r
     assert {p.location for p in ns.partitions(DAY1)}.isdisjoint(old.values())
     assert_no_dangling_read_version(ns.root)
     assert ns.verify().ok
+
+
+def test_a_stale_handle_drops_partitions_of_a_spec_evolved_since(ns):
+    """drop_partitions works on the latest __manifest: partitions of a spec version added after
+    the handle was opened are dropped too when the filter selects them entirely."""
+    stale = PartitionedNamespace.open(ns.root)
+    ns.evolve([{"field_id": "event_date", "source_ids": [1], "transform": {"type": "identity"},
+                "result_type": {"type": "date32"}}])
+    ns.write(demo_events(50, seed=4, start_id=90_000, days=1))
+    assert {p.spec_id for p in ns.refresh().partitions(DAY1)} == {1, 2}
+    stale.drop_partitions(DAY1)
+    assert not ns.refresh().partitions(DAY1)

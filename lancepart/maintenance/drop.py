@@ -145,6 +145,7 @@ def drop_partitions(ns: PartitionedNamespace, filter: str, *, dry_run: bool = Fa
         raise InvalidFilterError("drop_partitions needs a filter (a SQL boolean expression over identity-"
                                  "partitioned columns); to drop everything say so: filter='TRUE'")
     started = time.monotonic()
+    ns.refresh()  # a stale handle must not miss partitions of a spec version evolved since it was opened
     schema, specs = ns.schema, ns.specs
 
     def mutate(snap: ManifestSnapshot) -> tuple[pa.Table | None, dict[str, Any]]:
