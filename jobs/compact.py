@@ -7,7 +7,8 @@ read_branch are skipped), rewrites each table that has small fragments or many d
 in one Spark task, then commits the tables and publishes them in one __manifest commit, safe
 beside live writers. Prints a JSON summary (tables compacted, rows rewritten, fragments and
 bytes before/after, manifest version, seconds per phase). Exit codes: 0 compacted or nothing
-to do, 2 a lancepart error (nothing published).
+to do, 3 some tables could not be read and were skipped (named under "failures"; the others
+were compacted and published), 2 a lancepart error (nothing published).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from lancepart.errors import (
     SchemaMismatchError,
 )
 from lancepart.namespace import PartitionedNamespace
-from lancepart.results import CleanupStats, CommitResult, PartitionInfo
+from lancepart.results import CleanupStats, CommitResult, PartitionInfo, Problem, VerifyReport
 from lancepart.spec import PartitionField, PartitionSpec, Transform
 
 __version__ = "0.1.0"
@@ -31,7 +31,9 @@ __all__ = [
     "PartitionInfo",
     "PartitionSpec",
     "PartitionedNamespace",
+    "Problem",
     "SchemaMismatchError",
     "Transform",
+    "VerifyReport",
     "__version__",
 ]

@@ -10,6 +10,8 @@
     lancepart evolve ROOT --spec FILE|JSON
     lancepart migrate ROOT [--dry-run]
     lancepart repair ROOT [--dry-run]
+    lancepart verify ROOT [--deep]
+    lancepart drop-partitions ROOT --filter SQL [--dry-run]
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -21,8 +23,9 @@ Exit codes, stable for scripts: 0 success (also a skipped, already published bat
 1 unexpected error; 2 a lancepart error (bad spec, schema or filter, missing namespace, ...;
 the message names what is wrong); 64 bad usage; 75 a commit kept conflicting with
 concurrent writers (CommitConflictError): nothing was published, run it again;
-3 the command ran but had to leave something out (``cleanup``: a version, table, file or
-directory it could not examine or remove, each named); 130 interrupted.
+3 the command ran but found problems or had to leave something out (``verify``: problems found;
+``cleanup``/``compact``: a version, table, file or directory it could not examine or remove, each
+named; the rest was done); 130 interrupted.
 
 >>> # main(["--json", "describe", "/data/events"])
 """
@@ -55,7 +58,7 @@ if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
 
 EXIT_OK, EXIT_FAILED, EXIT_LANCEPART, EXIT_USAGE, EXIT_RETRY, EXIT_INTERRUPTED = 0, 1, 2, 64, 75, 130
-EXIT_INCOMPLETE = 3  # the command ran, but left something out (named in its output)
+EXIT_PROBLEMS = 3  # verify found problems, or a maintenance run left something out (named in its output)
 STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
 FORMATS = ("parquet", "csv", "json", "ipc")
 _EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".json": "json",
@@ -502,8 +505,12 @@ def _cmd_compact(args: argparse.Namespace) -> Any:
                         max_retries=args.max_retries, min_small_fragments=cc.min_small_fragments,
                         materialize_deletions_threshold=cc.materialize_deletions_threshold)
     out = {"root": ns.root, **result.to_dict()}
+    if result.failures:
+        args.exit_code = EXIT_PROBLEMS
     if args.json:
         return out
+    for oid, why in sorted(result.failures.items()):
+        print(f"  skipped: {oid}: {why}", file=sys.stderr)
     d = result.details or {}
     extra = "".join(f", {k.replace('_', ' ')} {d[k]}" for k in ("fragments_before", "fragments_after") if k in d)
     print(f"compacted {result.partitions_touched} partition tables of {ns.root}: manifest version "
@@ -518,7 +525,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> Any:
     stats = ns.cleanup(older_than=args.older_than, dry_run=args.dry_run,
                        allow_short_retention=args.allow_short_retention)
     if stats.skipped or stats.errors:
-        args.exit_code = EXIT_INCOMPLETE
+        args.exit_code = EXIT_PROBLEMS
     out = {"root": ns.root, "older_than_seconds": args.older_than.total_seconds(), **stats.to_dict()}
     if args.json:
         return out
@@ -603,6 +610,40 @@ def _cmd_repair(args: argparse.Namespace) -> Any:
         print(f"  carried over: {oid}")
     for oid in report.rows_removed:
         print(f"  removed by the other writer: {oid}")
+
+
+def _cmd_verify(args: argparse.Namespace) -> Any:
+    from lancepart.maintenance.verify import verify
+    from lancepart.manifest import normalize_root
+
+    root, so = _target(args)
+    root = normalize_root(root)
+    _Progress(args.quiet)(f"verifying {root}" + (" (deep: every row is read)" if args.deep else ""))
+    report = verify(root, so, deep=args.deep)
+    if not report.ok:
+        args.exit_code = EXIT_PROBLEMS
+    if args.json:
+        return {"root": root, **report.to_dict()}
+    for p in report.problems:
+        print(f"{p.kind}: {p.object_id}: {p.message}")
+    print(f"{root}: {'ok' if report.ok else f'{len(report.problems)} problems'}; {report.tables_checked} tables "
+          f"({report.tables_declared} declared only), {report.files_checked} files"
+          + (f", {report.rows_checked} rows read" if args.deep else "") + f", {report.seconds:.1f} s")
+    return None
+
+
+def _cmd_drop_partitions(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    _Progress(args.quiet)(f"dropping partitions of {ns.root} where {args.filter}"
+                          + (" (dry run)" if args.dry_run else ""))
+    result = ns.drop_partitions(args.filter, dry_run=args.dry_run, max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, **result.to_dict()}
+    verb = "would drop" if args.dry_run else "dropped"
+    for d in result.details["dropped"]:
+        print(f"  {verb}: {d['object_id']} ({d['location']})")
+    print(f"{verb} {result.partitions_touched} partitions of {ns.root}; manifest version {result.manifest_version}"
+          + ("" if args.dry_run else "; their files stay until `lancepart cleanup`"))
     return None
 
 
@@ -723,6 +764,22 @@ def build_parser() -> argparse.ArgumentParser:
                          "the rows that tool added; one commit. Also sets the flag that makes Lance's "
                          "DirectoryNamespace refuse to rewrite it.")
     rp.add_argument("--dry-run", action="store_true", help="report what would be restored, change nothing")
+
+
+    vf = add("verify", "check that every published table and file is there and right (exit 3: problems)",
+             _cmd_verify, description="Check __manifest's columns, that every published table opens at its "
+                                      "pinned version, that every file it references exists and that its schema "
+                                      "is the namespace's; --deep also reads every row and recomputes its "
+                                      "partition values. Exit code 3 when problems are found.")
+    vf.add_argument("--deep", action="store_true", help="read every row and recompute its partition values")
+
+    dp = add("drop-partitions", "remove whole partitions from __manifest in one commit (files stay for cleanup)",
+             _cmd_drop_partitions,
+             description="Remove every partition the filter selects entirely from __manifest in one commit. The "
+                         "filter may only name identity-partitioned columns. Files stay until cleanup.")
+    dp.add_argument("--filter", required=True, metavar="SQL", help="e.g. \"event_date < DATE '2025-01-01'\"")
+    dp.add_argument("--dry-run", action="store_true", help="list what would be dropped, change nothing")
+    _max_retries(dp)
     return p
 
 
@@ -781,7 +838,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("lancepart: %(message)s"))
     if not args.quiet:
         logger.addHandler(handler)
-        long_running = args.command in ("ingest", "compact", "cleanup", "migrate")
+        long_running = args.command in ("ingest", "compact", "cleanup", "migrate", "verify")
         logger.setLevel(logging.INFO if long_running else logging.WARNING)
     try:
         out = args.func(args)

@@ -18,8 +18,8 @@ log = logging.getLogger("lancepart.jobs")
 
 def job_main(name: str, run: Callable[[], dict[str, Any]]) -> int:
     """The body of a ``jobs/*.py`` entry point: run the job and print its JSON summary with
-    ``job_seconds`` (exit code 0), or print the typed error on stderr (exit code 2; the job
-    published nothing).
+    ``job_seconds`` (exit code 0; 3 when the summary lists ``failures``, tables a maintenance run
+    had to skip), or print the typed error on stderr (exit code 2; the job published nothing).
 
     >>> # sys.exit(job_main("compact", lambda: run_compact(JobConfig.load("configs/compact-demo.yaml"))))
     """
@@ -31,6 +31,9 @@ def job_main(name: str, run: Callable[[], dict[str, Any]]) -> int:
         return 2
     summary["job_seconds"] = round(time.monotonic() - started, 2)
     print(json.dumps(summary, indent=2, default=str))
+    if summary.get("failures"):  # a maintenance run had to skip tables: done for the rest, not for those
+        print(f"{name}: skipped {len(summary['failures'])} table(s): {sorted(summary['failures'])}", file=sys.stderr)
+        return 3
     return 0
 
 

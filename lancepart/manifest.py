@@ -35,6 +35,7 @@ from lance import LanceOperation
 # loaded, an `except lance.commit.CommitConflictError` clause fails on any other error reaching it.
 from lance.commit import CommitConflictError as LanceCommitConflictError
 
+from lancepart.error_mapping import typed_error
 from lancepart.errors import (
     CommitConflictError,
     CorruptNamespaceError,
@@ -220,6 +221,8 @@ class Manifest:
         except (ValueError, OSError) as e:
             if (problem := storage_problem(e, self.root)) is not None:
                 raise problem from None
+            if (typed := typed_error(e, self.root)) is not None:  # full, forbidden, a file for a root
+                raise typed from e
             if isinstance(e, ValueError) and ("not found" in str(e).lower() or "does not exist" in str(e).lower()):
                 raise NamespaceNotFoundError(f"no __manifest table at {self.uri}") from None
             raise CorruptNamespaceError(f"cannot open __manifest at {self.uri}: {e}") from e
@@ -271,6 +274,8 @@ class Manifest:
         except OSError as e:
             if (problem := storage_problem(e, self.root)) is not None:
                 raise problem from None
+            if (typed := typed_error(e, self.root)) is not None:
+                raise typed from e
             raise
         # the writer flag keeps Lance's DirectoryNamespace from rewriting it (docs/foreign-writers.md)
         ds.update_metadata({**metadata, NAMESPACE_WRITER_FLAGS_KEY: str(LANCEPART_WRITER_FLAG)})

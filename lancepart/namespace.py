@@ -32,7 +32,7 @@ from lancepart.manifest import (
     normalize_root,
     rows_from_records,
 )
-from lancepart.results import CleanupStats, CommitResult, PartitionInfo
+from lancepart.results import CleanupStats, CommitResult, PartitionInfo, VerifyReport
 from lancepart.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
 
 SCHEMA_KEY = "schema"
@@ -413,6 +413,33 @@ class PartitionedNamespace:
         if not dry_run:
             self.refresh()
         return report
+
+
+    def verify(self, deep: bool = False) -> VerifyReport:
+        """Check that everything published can be read and is what it claims to be: the
+        ``__manifest`` columns, every table at its pinned version and every file it references,
+        table schemas against the namespace schema and, with ``deep=True``, every row read and
+        its partition values recomputed (:mod:`lancepart.maintenance.verify`). Never raises for
+        a problem found: ``report.ok``, ``report.problems``.
+
+        >>> # [p.kind for p in ns.verify(deep=True).problems]
+        """
+        from lancepart.maintenance.verify import verify
+
+        return verify(self.root, self.storage_options, deep=deep)
+
+    def drop_partitions(self, filter: str, dry_run: bool = False, **options: Any) -> CommitResult:
+        """Remove every partition ``filter`` selects entirely from ``__manifest`` in one publish
+        (files stay for cleanup). The filter may only name identity-partitioned columns
+        (:mod:`lancepart.maintenance.drop`); ``details["dropped"]`` lists what went.
+
+        >>> # ns.drop_partitions("event_date = DATE '2025-12-10'").partitions_touched
+        """
+        from lancepart.maintenance.drop import drop_partitions
+
+        result = drop_partitions(self, filter, dry_run=dry_run, **options)
+        self.refresh()
+        return result
 
     def __repr__(self) -> str:
         return (f"PartitionedNamespace({self.root!r}, specs={sorted(self._specs)}, "

@@ -22,6 +22,7 @@ import decimal
 import difflib
 import math
 import os
+import platform
 import re
 import sys
 import time
@@ -31,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lancepart.errors import ConfigError, ExpectationFailedError, InvalidArgumentError
+from lancepart.errors import ConfigError, ExpectationFailedError, InvalidArgumentError, MissingDependencyError
 
 __all__ = [
     "TYPES",
@@ -433,6 +434,7 @@ def validate(data: Any, expectations: Sequence[Mapping[str, Any] | Expectation] 
             frame.unpersist()
 
     by_slot = {r.expectation_config.meta.get(_SLOT): r for r in suite_result.results}
+    _check_dependencies(by_slot.values(), engine)
     outcomes = [_outcome(e, by_slot.get(slot), columns, engine) for e, slot in zip(parsed, slot_of, strict=True)]
     return QualityReport(success=all(o.success for o in outcomes), results=outcomes,
                          seconds=time.perf_counter() - started, engine=engine)
@@ -491,7 +493,11 @@ def _arrow_to_pandas(table: pa.Table) -> Any:
 def _import_gx() -> Any:
     # Analytics off unless the user decided otherwise; must be set before the first import.
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import great_expectations as gx
+    try:
+        import great_expectations as gx
+    except ImportError as e:
+        raise MissingDependencyError(f"package 'great_expectations' cannot be imported on {platform.node()}: it is "
+                                     f"needed for data-quality expectations ({e})") from None
 
     return gx
 
@@ -583,6 +589,23 @@ def _outcome(e: Expectation, result: Any, columns: list[str], engine: str) -> Ex
         element_count=None if elements is None else int(elements),
         unexpected_percent=r.get("unexpected_percent"), examples=examples, observed_value=observed,
         message=message, **common)
+
+
+def _check_dependencies(results: Any, engine: str) -> None:
+    """A package missing where the data is computed (a Spark executor without a module the
+    DataFrame's Python code imports) makes great_expectations report every expectation as failed
+    to evaluate: that is no data-quality verdict. Raise :class:`MissingDependencyError` naming it."""
+    from lancepart.error_mapping import missing_module
+
+    for r in results:
+        error = _raised(getattr(r, "exception_info", None))
+        package = missing_module(error) if error else None
+        if package:
+            where = "on the Spark executors" if engine == "spark" else f"on {platform.node()}"
+            raise MissingDependencyError(
+                f"package {package!r} cannot be imported {where}, so the data-quality expectations could not be "
+                f"evaluated (no verdict on the data; nothing was published). Ship it to the executors "
+                f"(spark-submit --py-files / the executors' Python environment) and run again")
 
 
 def _raised(exception_info: Any) -> str | None:

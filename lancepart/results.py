@@ -73,3 +73,44 @@ class CleanupStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing :meth:`PartitionedNamespace.verify` found wrong. ``kind`` is a short stable
+    string (docs/verify-and-repair.md lists them): ``missing_column``, ``column_type``,
+    ``namespace_unreadable``, ``table_unreadable``, ``missing_file``, ``schema_mismatch``,
+    ``wrong_partition``, ``corrupt_data``."""
+
+    object_id: str
+    location: str | None
+    kind: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What a verify run checked and found; ``ok`` when ``problems`` is empty.
+
+    ``tables_checked`` counts the published tables examined, ``tables_declared`` the declared-only
+    ones (no directory yet, ``read_version`` NULL: nothing to check), ``files_checked`` the files
+    whose existence was checked and ``rows_checked`` the rows a deep run read and re-partitioned."""
+
+    problems: tuple[Problem, ...] = ()
+    deep: bool = False
+    manifest_version: int | None = None
+    tables_checked: int = 0
+    tables_declared: int = 0
+    files_checked: int = 0
+    rows_checked: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, **asdict(self)}

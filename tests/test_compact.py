@@ -302,6 +302,94 @@ def test_killed_writer_fragments_are_never_published(small):
     assert not any(data_files(f) & dead[o] for o, f in published_fragments(ns).items())
 
 
+# --------------------------------------------------------------------------- one bad table
+def break_two_tables(ns: PartitionedNamespace) -> tuple[str, str]:
+    """Delete one data file of one partition table and truncate one of another, on disk."""
+    parts = ns.partitions()
+    gone, cut = parts[1], parts[6]
+    frags = published_fragments(ns)
+    os.remove(os.path.join(table_uri(ns, gone.location), "data", sorted(data_files(frags[gone.object_id]))[0]))
+    os.truncate(os.path.join(table_uri(ns, cut.location), "data", sorted(data_files(frags[cut.object_id]))[0]), 40)
+    return gone.object_id, cut.object_id
+
+
+def assert_isolated(ns: PartitionedNamespace, result, broken: tuple[str, str], before: dict[str, int],
+                    manifest_before: int) -> None:
+    assert set(result.failures) == set(broken), result.failures
+    for oid in broken:
+        assert oid in result.failures[oid]  # the message names the table
+    assert result.partitions_touched == 10
+    # plain pylance: the ten good tables moved to one fragment each in ONE __manifest commit; the broken kept theirs
+    ds = lance.dataset(os.path.join(ns.root, "__manifest"))
+    assert result.details["published_version"] == manifest_before + 1
+    rows = {r["object_id"]: r for r in ds.checkout_version(manifest_before + 1).to_table().to_pylist()}
+    for oid, v in before.items():
+        if oid in broken:
+            assert rows[oid]["read_version"] == v
+        else:
+            assert rows[oid]["read_version"] > v
+            assert len(lance.dataset(table_uri(ns, rows[oid]["location"]), version=rows[oid]["read_version"])
+                       .get_fragments()) == 1
+
+
+def test_one_corrupt_table_does_not_stop_the_others(small):
+    """Issue item 11: a data file deleted in one partition table and truncated in another aborted
+    the whole compaction with a raw OSError naming nothing. The other ten are compacted and
+    published in one commit; CommitResult.failures names the two, which are left as they were."""
+    ns, _ = small
+    before = {p.object_id: p.read_version for p in ns.partitions()}
+    manifest_before = ns.manifest_version
+    broken = break_two_tables(ns)
+    result = ns.compact()
+    assert_isolated(ns, result, broken, before, manifest_before)
+    assert "DataFilesMissingError" in result.failures[broken[0]] or "Not found" in result.failures[broken[0]]
+
+
+def test_a_table_that_cannot_be_opened_is_skipped_at_planning(small):
+    """A table whose published version no longer opens fails at planning: reported, the rest compacted."""
+    ns, _ = small
+    victim = ns.partitions()[4]
+    shutil.rmtree(os.path.join(table_uri(ns, victim.location), "_versions"))
+    result = ns.compact()
+    assert list(result.failures) == [victim.object_id] and "CorruptTableError" in result.failures[victim.object_id]
+    assert result.partitions_touched == 11
+
+
+def test_compact_cli_exits_3_when_a_table_was_skipped(small, capsys):
+    from lancepart.cli import main
+
+    ns, _ = small
+    broken = break_two_tables(ns)
+    assert main(["compact", ns.root, "--json", "-q"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["failures"]) == set(broken) and out["partitions_touched"] == 10
+    assert main(["compact", ns.root, "--json", "-q"]) == 3  # still broken, nothing else to do
+    assert json.loads(capsys.readouterr().out)["partitions_touched"] == 0
+
+
+@pytest.mark.spark
+def test_spark_compaction_isolates_a_corrupt_table(small, spark, capsys):
+    from lancepart import spark as lps
+
+    ns, _ = small
+    before = {p.object_id: p.read_version for p in ns.partitions()}
+    manifest_before = ns.manifest_version
+    broken = break_two_tables(ns)
+    result = lps.compact(spark, ns.root, tables_per_task=1)
+    assert_isolated(PartitionedNamespace.open(ns.root), result, broken, before, manifest_before)
+    # the spark-submit job reports the skipped tables and exits 3
+    cfg = yaml.safe_load((HERE.parent / "configs" / "compact-demo.yaml").read_text())
+    cfg["namespace"]["root"] = ns.root
+    cfg["compact"]["filter"] = None
+    (Path(ns.root).parent / "compact.yaml").write_text(yaml.safe_dump(cfg))
+    spec = importlib.util.spec_from_file_location("compact_job", HERE.parent / "jobs" / "compact.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    capsys.readouterr()
+    assert job.main(["--config", str(Path(ns.root).parent / "compact.yaml")]) == 3
+    assert set(json.loads(capsys.readouterr().out)["failures"]) == set(broken)
+
+
 # --------------------------------------------------------------------------- Spark
 @pytest.mark.spark
 def test_spark_compaction_gives_the_same_result(template, tmp_path, spark):

@@ -42,7 +42,8 @@ import lance
 from lance.fragment import FragmentMetadata
 from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
-from lancepart.errors import FragmentsGoneError, InvalidArgumentError, LancepartError
+from lancepart.error_mapping import typed_error
+from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
@@ -121,6 +122,7 @@ class CompactionPlan:
     tables_already_compact: int
     tables_skipped: list[dict[str, str]]  # {"object_id", "reason"}: pinned or unpublished tables
     target_rows_per_fragment: int
+    failures: dict[str, str] = field(default_factory=dict)  # object_id -> why it could not be planned
 
 
 @dataclass
@@ -146,6 +148,43 @@ class TableRewrite:
         frags = {k: [FragmentMetadata.from_json(json.dumps(f)) for f in d[k]] for k in ("removed", "added")}
         return cls(d["object_id"], d["location"], d["read_version"], frags["removed"], frags["added"], d["rows"],
                    FragmentStats(**d["before"]))
+
+
+# --------------------------------------------------------------------------- per-table isolation
+def table_failure(e: BaseException, root: str, object_id: str, location: str) -> str:
+    """Why one table could not be compacted, naming it (and the file when the error says which):
+    one table that cannot be read must not stop the others."""
+    typed = typed_error(e, join_uri(root, location), table=object_id, reading=True)
+    text = str(typed) if typed is not None else f"partition table {object_id!r} at {join_uri(root, location)}: {e}"
+    return f"{type(typed or e).__name__}: {' '.join(text.split())[:600]}"
+
+
+@dataclass(frozen=True)
+class RewriteFailure:
+    """A table whose rewrite failed (it is left as it is; the others are published)."""
+
+    object_id: str
+    message: str
+
+    def to_json(self) -> str:
+        return json.dumps({"failed": True, "object_id": self.object_id, "message": self.message})
+
+
+def rewrite_or_failure(root: str, plan: TablePlan, storage_options: Mapping[str, str] | None = None
+                       ) -> TableRewrite | RewriteFailure:
+    """:func:`rewrite_table`, or the :class:`RewriteFailure` that names the table when it fails."""
+    try:
+        return rewrite_table(root, plan, storage_options)
+    except faults.InjectedFault:
+        raise
+    except Exception as e:
+        log.warning("compaction of %s failed; left as it is", plan.object_id)
+        return RewriteFailure(plan.object_id, table_failure(e, root, plan.object_id, plan.location))
+
+
+def split_rewrites(results: Sequence[TableRewrite | RewriteFailure]) -> tuple[list[TableRewrite], dict[str, str]]:
+    rewrites = [r for r in results if isinstance(r, TableRewrite)]
+    return rewrites, {r.object_id: r.message for r in results if isinstance(r, RewriteFailure)}
 
 
 # --------------------------------------------------------------------------- phase 1: plan
@@ -191,7 +230,16 @@ def plan_compaction(
     options = CompactionOptions(target_rows_per_fragment=target_rows_per_fragment, materialize_deletions=True,
                                 materialize_deletions_threshold=materialize_deletions_threshold)
 
+    failures: dict[str, str] = {}
+
     def plan_one(p: PartitionInfo) -> tuple[TablePlan | None, FragmentStats]:
+        try:
+            return plan_table(p)
+        except Exception as e:
+            failures[p.object_id] = table_failure(e, ns.root, p.object_id, p.location)
+            return None, FragmentStats()
+
+    def plan_table(p: PartitionInfo) -> tuple[TablePlan | None, FragmentStats]:
         ds = open_partition(ns.root, p, ns.storage_options)  # the published version, never the latest
         stats = FragmentStats.of([f.metadata for f in ds.get_fragments()], target_rows_per_fragment,
                                  materialize_deletions_threshold)
@@ -210,9 +258,10 @@ def plan_compaction(
         tables=tables,
         examined=examined,
         tables_examined=len(candidates),
-        tables_already_compact=len(candidates) - len(tables),
+        tables_already_compact=len(candidates) - len(tables) - len(failures),
         tables_skipped=skipped,
         target_rows_per_fragment=target_rows_per_fragment,
+        failures=dict(sorted(failures.items())),
     )
 
 
@@ -254,6 +303,7 @@ class Published:
     dropped: dict[str, str]  # object_id -> why it was left out
     rebased: set[str]
     retries: int
+    failures: dict[str, str] = field(default_factory=dict)  # object_id -> the error that left it out
 
 
 def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, max_retries: int = 20) -> Published:
@@ -264,9 +314,20 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         raise ValueError("one TableRewrite per partition table expected")
     done: dict[str, tuple[int, int, FragmentStats]] = {}  # object_id -> (base read_version, our version, base stats)
     dropped: dict[str, str] = {}
+    failures: dict[str, str] = {}
     rebased: set[str] = set()
 
     def commit_one(item: tuple[str, int]) -> tuple[int, FragmentStats] | str:
+        try:
+            return commit_table_of(item)
+        except (faults.InjectedFault, CommitConflictError):
+            raise
+        except (OSError, ValueError) as e:  # this table's storage or files: leave it out, publish the others
+            oid = item[0]
+            failures[oid] = table_failure(e, manifest.root, oid, by_oid[oid].location)
+            return failures[oid]
+
+    def commit_table_of(item: tuple[str, int]) -> tuple[int, FragmentStats] | str:
         oid, published = item
         rw = by_oid[oid]
         base = rw.before
@@ -323,7 +384,8 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
     if committed:
         faults.checkpoint("after_manifest_commit")
     tables = {oid: (done[oid][1], done[oid][2]) for oid in by_oid if oid not in dropped} if committed else {}
-    return Published(snap, bool(committed), tables, dict(dropped), rebased & set(tables), retries)
+    return Published(snap, bool(committed), tables, {o: r for o, r in dropped.items() if o not in failures},
+                     rebased & set(tables), retries, dict(failures))
 
 
 # --------------------------------------------------------------------------- __manifest itself
@@ -368,8 +430,11 @@ def finish_compaction(
     phases: dict[str, Any],
     max_retries: int = 20,
     compact_manifest_table: bool = True,
+    failures: Mapping[str, str] | None = None,
 ) -> CommitResult:
-    """Phase 3 and the ``__manifest`` maintenance; the :class:`CommitResult` of the compaction."""
+    """Phase 3 and the ``__manifest`` maintenance; the :class:`CommitResult` of the compaction.
+    ``failures`` (object_id -> message) are tables whose rewrite failed; with those the plan and
+    the publish could not handle, they are the result's ``failures``."""
     t = time.monotonic()
     pub = publish_compaction(manifest, rewrites, max_retries=max_retries)
     phases["publish_s"] = round(time.monotonic() - t, 3)
@@ -411,7 +476,10 @@ def finish_compaction(
         retries=pub.retries,
         seconds=round(time.monotonic() - started, 3),
         details=details,
+        failures=dict(sorted({**plan.failures, **(failures or {}), **pub.failures}.items())),
     )
+    for oid, why in result.failures.items():
+        log.warning("compaction skipped %s: %s", oid, why)
     log.info("compacted %s", json.dumps(result.to_dict(), default=str))
     return result
 
@@ -439,7 +507,8 @@ def compact(
     phases: dict[str, Any] = {"plan_s": round(time.monotonic() - started, 3)}
     t = time.monotonic()
     # one table per thread; Lance runs each rewrite in Rust without the GIL
-    rewrites = map_threads(lambda tp: rewrite_table(ns.root, tp, ns.storage_options), plan.tables)
+    rewrites, failures = split_rewrites(
+        map_threads(lambda tp: rewrite_or_failure(ns.root, tp, ns.storage_options), plan.tables))
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     return finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,
-                             compact_manifest_table=compact_manifest_table)
+                             compact_manifest_table=compact_manifest_table, failures=failures)

@@ -77,7 +77,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart.errors import InvalidArgumentError
+from lancepart.errors import InvalidArgumentError, InvalidFilterError
 from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 from lancepart.transforms import transform_for
 
@@ -244,7 +244,7 @@ def _parse(filter: str, schema: pa.Schema) -> _Pred:
             f"filter {filter!r} is not a valid SQL boolean expression over the namespace columns "
             f"(DataFusion: {_short(msg)})"
         ) from None
-    return _Binder(schema).plan(plan, filter)
+    return _Binder(schema, filter).plan(plan, filter)
 
 
 def _short(msg: str) -> str:
@@ -255,8 +255,12 @@ def _short(msg: str) -> str:
 class _Binder:
     """DataFusion logical expressions -> :class:`_Pred` over source columns."""
 
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema, filter: str = "") -> None:
         self.types = {f.name: _value_type(f.type) for f in schema}
+        self.filter = filter
+        # A cast the user wrote (``CAST(s AS INT) = 42``) is intent; one DataFusion added to make a
+        # string column meet a number is a literal that does not fit the column.
+        self.explicit_cast = bool(re.search(r"\bcast\b|::", filter, re.I))
         # Aliases the optimizer introduces below the filter (common subexpression elimination
         # turns ``CAST(d AS TIMESTAMP)`` used twice into ``__common_expr_1``): name -> expression.
         self.aliases: dict[str, Any] = {}
@@ -390,6 +394,7 @@ class _Binder:
         if not lit.is_valid:
             return _NULL
         name, ctype, cast = col
+        self.check_fits(name, ctype, cast, lit)
         if not cast:
             value = _coerce(lit, ctype)
             return _Unknown(_display(whole)) if value is None else _Cmp(name, op, value)
@@ -408,6 +413,7 @@ class _Binder:
             if not lit.is_valid:
                 has_null = True
                 continue
+            self.check_fits(name, ctype, cast, lit)
             if not cast:
                 value = _coerce(lit, ctype)
                 if value is None:
@@ -423,6 +429,15 @@ class _Binder:
         if not values:
             return _NULL if not v.negated() else (_NULL if has_null else _IsNull(name, True))
         return _In(name, tuple(values), has_null, bool(v.negated()))
+
+    def check_fits(self, name: str, ctype: pa.DataType, cast: bool, lit: pa.Scalar) -> None:
+        """:class:`InvalidFilterError` for a string column compared with a literal of another type
+        (``country = 42``): DataFusion would cast every value of the column to the literal's type,
+        so the filter fails on the first row that is not a number instead of when it is planned."""
+        if cast and not self.explicit_cast and _is_string(ctype) and not _is_string(lit.type):
+            raise InvalidFilterError(
+                f"filter {self.filter!r}: column {name!r} is {ctype} but is compared with {lit.as_py()!r} "
+                f"({lit.type}); quote the literal ({name} = '{lit.as_py()}') or write the CAST you mean")
 
     def like(self, v: Any, whole: Any, ilike: bool) -> _Pred:
         col = self.column(v.expr())

@@ -20,7 +20,8 @@ import datafusion
 import lance
 import pyarrow as pa
 
-from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
+from lancepart.error_mapping import storage_errors, typed_error
+from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
@@ -33,8 +34,9 @@ log = logging.getLogger("lancepart.read")
 def open_partition(root: str, info: PartitionInfo, storage_options: Mapping[str, str] | None = None
                    ) -> lance.LanceDataset:
     """The partition table at its published version. :class:`UnsafeLocationError` when its
-    ``location`` leaves the root; :class:`CorruptNamespaceError` naming the table when Lance
-    cannot open that version."""
+    ``location`` leaves the root; :class:`CorruptTableError` (a :class:`CorruptNamespaceError`)
+    naming the table when Lance cannot open that version; :class:`StoragePermissionError` when
+    the storage refuses access."""
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(info.location, info.object_id, root))
     try:
@@ -44,7 +46,10 @@ def open_partition(root: str, info: PartitionInfo, storage_options: Mapping[str,
             return lance.dataset(uri, storage_options=so).checkout_version((info.read_branch, info.read_version))
         return lance.dataset(uri, version=info.read_version, storage_options=so)
     except (OSError, ValueError) as e:
-        raise CorruptNamespaceError(
+        typed = typed_error(e, uri, table=info.object_id)
+        if typed is not None:
+            raise typed from e
+        raise CorruptTableError(
             f"partition table {info.object_id!r} at {uri} (read_version={info.read_version}, "
             f"read_branch={info.read_branch!r}, read_tag={info.read_tag!r}) cannot be opened: {e}") from e
 
@@ -60,10 +65,10 @@ def open_published(root: str, info: PartitionInfo, storage_options: Mapping[str,
                    ) -> lance.LanceDataset | None:
     """:func:`open_partition`, or None for a declared-only table (:func:`is_declared`) whose
     directory holds no table yet: it has no rows. A table whose row pins a version but whose
-    directory is gone stays a :class:`CorruptNamespaceError` (published data is missing)."""
+    directory is gone stays an error (published data is missing)."""
     try:
         return open_partition(root, info, storage_options)
-    except CorruptNamespaceError as e:
+    except LancepartError as e:  # whichever typed error Lance's "not found" became
         if is_declared(info) and isinstance(e.__cause__, ValueError) and is_not_found(e.__cause__):
             return None
         raise
@@ -95,6 +100,17 @@ def apply_filter(table: pa.Table, filter: str) -> pa.Table:
     return out.cast(table.schema) if out.num_rows else table.schema.empty_table()
 
 
+def unreadable_file(ds: lance.LanceDataset, columns: Sequence[str] | None = None) -> str | None:
+    """The data file(s) of the first fragment of ``ds`` that cannot be read, or None: Lance's
+    decoding errors do not say which file they came from (only called once a read failed)."""
+    for frag in ds.get_fragments():
+        try:
+            frag.to_table(columns=list(columns) if columns is not None else None)
+        except (OSError, ValueError):
+            return ", ".join(f"data/{df.path}" for df in frag.metadata.files)
+    return None
+
+
 def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,
          columns: Sequence[str] | None = None, storage_options: Mapping[str, str] | None = None,
          scan_filter: str | None = None) -> pa.Table:
@@ -115,7 +131,15 @@ def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, f
         ds = open_published(root, info, storage_options)
         if ds is None:  # declared, not created yet: no rows
             return read_schema.empty_table()
-        t = scan_table(ds, read_cols, scan_filter)
+        # a data file gone or undecodable: a typed error naming the table and the file
+        try:
+            with storage_errors(join_uri(root, info.location), table=info.object_id, reading=True):
+                t = scan_table(ds, read_cols, scan_filter)
+        except CorruptTableError as e:
+            bad = unreadable_file(ds, read_cols)
+            if bad is None or bad in str(e):
+                raise
+            raise CorruptTableError(f"{e} (the unreadable file is {bad})") from e
         return t.select(read_schema.names).cast(read_schema)
 
     # Opening a table costs a few object-store round trips: overlap them (order is kept).

@@ -4,11 +4,14 @@ The driver plans on the published versions, every partition table's rewrite runs
 Spark task (Lance compaction tasks executed on the table checked out at its ``read_version``,
 fragment metadata JSON back to the driver), and the driver commits the tables and publishes
 them in ONE ``__manifest`` commit with the same engine-agnostic code as ``ns.compact``.
-A failed task publishes nothing; the files it wrote stay unreferenced until cleanup.
+A table whose rewrite fails (a data file gone or corrupt) is reported by the task instead of
+failing it: the other tables are published and the result's ``failures`` names the table. Any
+other failed task publishes nothing; the files it wrote stay unreferenced until cleanup.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -35,10 +38,10 @@ def _rewrite_task(root: str, storage_options: Any) -> Callable[[str], str]:
     """The executor function: one table's plan JSON in, its rewrite (fragment metadata) JSON out."""
 
     def run(plan_json: str) -> str:
-        from lancepart.maintenance.compact import rewrite_table
+        from lancepart.maintenance.compact import rewrite_or_failure
 
         options = options_value(storage_options)
-        return rewrite_table(root, TablePlan.from_json(plan_json), options).to_json()
+        return rewrite_or_failure(root, TablePlan.from_json(plan_json), options).to_json()
 
     return run
 
@@ -75,6 +78,7 @@ def compact(
     phases: dict[str, Any] = {"plan_s": round(time.monotonic() - started, 3)}
     t = time.monotonic()
     rewrites: list[TableRewrite] = []
+    failures: dict[str, str] = {}
     if plan.tables:
         sc = spark.sparkContext
         items = [tp.to_json() for tp in plan.tables]
@@ -83,9 +87,11 @@ def compact(
         phases["spark_tasks"] = tasks = -(-len(items) // tables_per_task)
         with spark_action(spark, ns.storage_options) as shipped:
             out = sc.parallelize(items, tasks).map(_rewrite_task(ns.root, shipped)).collect()
-        rewrites = [TableRewrite.from_json(o) for o in out]
+        parsed = [(json.loads(o), o) for o in out]
+        rewrites = [TableRewrite.from_json(o) for d, o in parsed if not d.get("failed")]
+        failures = {d["object_id"]: d["message"] for d, _ in parsed if d.get("failed")}
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,
-                               compact_manifest_table=compact_manifest_table)
+                               compact_manifest_table=compact_manifest_table, failures=failures)
     log.info("spark compaction of %s: %d tables", ns.root, result.partitions_touched)
     return result

@@ -228,13 +228,16 @@ def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: 
     ``columns``: exactly what :func:`lancepart.read.snapshot.scan` returns for that table, as a
     stream. ``scan_filter`` (the inclusive form of ``filter``) and the columns the filter needs
     are pushed into the Lance scanner; the filter is then applied exactly, batch by batch."""
+    from lancepart.error_mapping import storage_errors
+    from lancepart.manifest import join_uri
     from lancepart.read.prune import filter_columns
     from lancepart.read.snapshot import apply_filter, open_published
 
     cols = list(columns) if columns is not None else list(schema.names)
     needed = set(cols) | set(filter_columns(filter, schema))
     read_schema = pa.schema([f for f in schema if f.name in needed]) if filter else output_schema(schema, cols)
-    ds = open_published(root, info_from_json(task), so)
+    info = info_from_json(task)
+    ds = open_published(root, info, so)
     if ds is None:  # declared, not created yet: no rows
         return
     frags = task.get("fragments")
@@ -248,7 +251,13 @@ def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: 
             log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
     if reader is None:
         reader = ds.scanner(columns=read_schema.names, fragments=fragments, batch_size=SCAN_BATCH_ROWS).to_reader()
-    for batch in reader:
+    batches = iter(reader)
+    while True:
+        # a data file gone or undecodable: a typed error naming the table and the file (on the executor)
+        with storage_errors(join_uri(root, info.location), table=info.object_id, reading=True):
+            batch = next(batches, None)
+        if batch is None:
+            break
         if not batch.num_rows:
             continue
         table = pa.Table.from_batches([batch]).select(read_schema.names).cast(read_schema)

@@ -74,6 +74,7 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
     """The executor function: Arrow batches in, one row per written partition group out."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from lancepart.error_mapping import storage_errors
         from lancepart.spec import PartitionSpec
         from lancepart.write.plan import conform, group_rows, partition_values
 
@@ -94,8 +95,11 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
                     check_location(location, oid, root)
                 else:
                     location, keys = job_location(job_id, oid), _ipc(groups.keys.slice(i, 1))
-                written = lance.fragment.write_fragments(table.take(idx), join_uri(root, location), schema=schema,
-                                                         max_rows_per_file=max_rows_per_file, storage_options=so)
+                # a full or forbidden store: a typed error naming the table directory (in the task's failure)
+                with storage_errors(join_uri(root, location), table=oid):
+                    written = lance.fragment.write_fragments(table.take(idx), join_uri(root, location),
+                                                             schema=schema, max_rows_per_file=max_rows_per_file,
+                                                             storage_options=so)
                 for k, v in (("object_id", oid), ("location", location), ("num_rows", len(idx)), ("keys", keys),
                              ("fragments", json.dumps([f.to_json() for f in written]))):
                     out[k].append(v)

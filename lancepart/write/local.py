@@ -17,6 +17,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError
 from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
@@ -51,7 +52,15 @@ def _chunks(reader: pa.RecordBatchReader, chunk_rows: int) -> Iterator[pa.Table]
         yield pa.Table.from_batches(pending, schema=reader.schema)
 
 
-def write_local(
+def write_local(*args, **kwargs) -> CommitResult:
+    """:func:`_write_local` with storage errors typed: a full disk, a refused directory or a root
+    that is a file name the namespace root (:mod:`lancepart.error_mapping`)."""
+    ns = args[0] if args else kwargs["ns"]
+    with storage_errors(ns.root):
+        return _write_local(*args, **kwargs)
+
+
+def _write_local(
     ns: PartitionedNamespace,
     data: pa.Table | pa.RecordBatchReader | pa.RecordBatch,
     mode: str = "append",

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
-from lancepart.errors import LancepartError, PartitionPinnedError
+from lancepart.errors import CommitConflictError, LancepartError, PartitionPinnedError
 from lancepart.manifest import Manifest, ManifestSnapshot
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
@@ -116,8 +116,9 @@ def publish(
         todo = []
         for oid in by_oid:
             i = index.get(oid)
-            if i is None:
-                raise LancepartError(f"partition table {oid} vanished from __manifest before publish")
+            if i is None:  # dropped (drop_partitions) while this write ran: a rerun reserves a fresh table
+                raise CommitConflictError(f"partition table {oid} was removed from __manifest (dropped) while this "
+                                          f"write ran; nothing was published; run the write again")
             if branch[i] is not None or tag[i] is not None:
                 raise PartitionPinnedError(
                     f"partition table {oid} is pinned to branch={branch[i]!r} tag={tag[i]!r}; lancepart writes "

@@ -1,0 +1,319 @@
+"""Verify a partitioned namespace: what is published can be read, and is what it claims to be.
+
+Checks, in this order (docs/verify-and-repair.md):
+
+1. ``__manifest`` has its columns: the five standard ones, ``read_version`` / ``read_branch`` /
+   ``read_tag``, and one ``partition_field_<field_id>`` of the ``result_type`` of every field of
+   every spec version (kinds ``missing_column``, ``column_type``; ``namespace_unreadable`` when
+   the namespace cannot be opened at all);
+2. every table row opens at its pinned version (``read_tag``, ``read_branch`` + ``read_version``,
+   or ``read_version``; kind ``table_unreadable``) and every file that version references exists:
+   data files, deletion files and index files (``missing_file``). A row whose ``read_version``
+   is NULL and whose directory does not exist is a *declared* table (a ``declare_table`` of the
+   directory namespace): it reads as empty, nothing to check;
+3. each partition table's columns are the namespace schema's, same names, same types, and the
+   same ``lance:field_id`` where the table's Arrow schema carries one (``schema_mismatch``);
+4. with ``deep=True``, every row of every fragment is read (``corrupt_data`` names the table and
+   the data file when that fails) and its partition values are recomputed with the spec's
+   transforms: they must equal the partition's ``partition_field_*`` values, NULL-aware
+   (``wrong_partition``). This catches flipped bits in a partition source column that decode
+   without any error.
+
+Tables are checked on the driver's bounded thread pool (Lance does the I/O in Rust without the
+GIL); a progress line is logged every ``progress_every`` tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lancepart.errors import LancepartError, UnsafeLocationError
+from lancepart.ids import check_location
+from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, join_uri
+from lancepart.parallel import map_threads
+from lancepart.results import PartitionInfo, Problem, VerifyReport
+from lancepart.spec import FIELD_ID_KEY_BYTES, PartitionSpec
+
+log = logging.getLogger("lancepart.maintenance")
+
+MANIFEST_OBJECT = "__manifest"
+TRACKED_TYPES = ("data file", "deletion file", "index file")
+MAX_FILES_PER_TABLE = 10  # missing files reported one by one per table; the rest summed up
+SPEC_KEY_PREFIX = "partition_spec_v"
+
+
+@dataclass
+class _TableCheck:
+    problems: list[Problem]
+    declared: bool = False
+    files: int = 0
+    rows: int = 0
+
+
+def _specs_of(metadata: Mapping[str, str]) -> tuple[dict[int, PartitionSpec], list[Problem]]:
+    specs: dict[int, PartitionSpec] = {}
+    problems: list[Problem] = []
+    for key, value in metadata.items():
+        if not key.startswith(SPEC_KEY_PREFIX):
+            continue
+        try:
+            spec = PartitionSpec.from_json(value)
+            specs[spec.id] = spec
+        except (LancepartError, ValueError, TypeError, KeyError) as e:
+            problems.append(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "namespace_unreadable",
+                                    f"root property {key!r} is not a valid partition spec: {e}"))
+    return specs, problems
+
+
+def check_manifest_columns(schema: pa.Schema, specs: Mapping[int, PartitionSpec]) -> list[Problem]:
+    """Problems with the columns of ``__manifest`` (kinds ``missing_column`` and ``column_type``)."""
+    wanted: dict[str, tuple[pa.DataType, str]] = {}
+    for f in (*STANDARD_FIELDS, *VERSION_FIELDS):
+        wanted[f.name] = (f.type, "standard" if f in STANDARD_FIELDS else "version")
+    for spec in specs.values():
+        for f in spec.fields:
+            wanted.setdefault(f.column_name, (f.result_type, f"partition field {f.field_id!r} of spec v{spec.id}"))
+    problems = []
+    for name, (type_, why) in wanted.items():
+        if name not in schema.names:
+            problems.append(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "missing_column",
+                                    f"__manifest has no column {name!r} ({why} column); a writer that knows only "
+                                    f"the directory namespace may have rewritten it"))
+        elif schema.field(name).type != type_ and name != "base_objects":  # list field names may differ
+            problems.append(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "column_type",
+                                    f"__manifest column {name!r} is {schema.field(name).type}, expected {type_}"))
+    return problems
+
+
+def check_table_schema(info: PartitionInfo, table_schema: pa.Schema, schema: pa.Schema) -> list[Problem]:
+    """Problems between a partition table's columns and the namespace schema (``schema_mismatch``)."""
+    out = []
+
+    def problem(msg: str) -> None:
+        out.append(Problem(info.object_id, info.location, "schema_mismatch",
+                           f"partition table {info.object_id!r}: {msg}"))
+
+    for f in schema:
+        if f.name not in table_schema.names:
+            problem(f"column {f.name!r} of the namespace schema is missing from the table")
+            continue
+        tf = table_schema.field(f.name)
+        if tf.type != f.type:
+            problem(f"column {f.name!r} is {tf.type} in the table but {f.type} in the namespace schema")
+        want, have = (f.metadata or {}).get(FIELD_ID_KEY_BYTES), (tf.metadata or {}).get(FIELD_ID_KEY_BYTES)
+        if have is not None and want is not None and have != want:
+            problem(f"column {f.name!r} has lance:field_id {have.decode()} in the table but {want.decode()} in "
+                    f"the namespace schema")
+    extra = [n for n in table_schema.names if n not in schema.names]
+    if extra:
+        problem(f"column(s) {extra} are not in the namespace schema")
+    return out
+
+
+def _mismatches(computed: pa.Array | pa.ChunkedArray, expected: pa.Scalar) -> np.ndarray:
+    """Rows whose recomputed partition value differs from ``expected`` (NULL equals NULL, NaN NaN)."""
+    if isinstance(computed, pa.ChunkedArray):
+        computed = computed.combine_chunks()
+    if expected is None or not expected.is_valid:
+        return np.asarray(computed.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    if expected.type != computed.type:
+        expected = expected.cast(computed.type)
+    if pa.types.is_floating(computed.type) and math.isnan(expected.as_py()):
+        same = pc.fill_null(pc.is_nan(computed), False)
+    else:
+        same = pc.fill_null(pc.equal(computed, expected), False)
+    return ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _display(value: Any) -> str:
+    return "NULL" if value is None else repr(value)
+
+
+def _open(root: str, info: PartitionInfo, so: Mapping[str, str] | None) -> lance.LanceDataset | None:
+    """The table at its pinned version; None for a declared-only table (no directory, no pin)."""
+    from lancepart.read.snapshot import open_partition
+
+    if info.read_version is None and info.read_branch is None and info.read_tag is None:
+        try:
+            return lance.dataset(join_uri(root, info.location), storage_options=dict(so) if so else None)
+        except (OSError, ValueError) as e:
+            text = str(e).lower()
+            if "not found" in text or "does not exist" in text or "no such file" in text:
+                return None
+            raise
+    return open_partition(root, info, so)
+
+
+def check_files(info: PartitionInfo, ds: lance.LanceDataset) -> tuple[list[Problem], int]:
+    """Every data, deletion and index file of the table's pinned version exists (``missing_file``)."""
+    tracked = ds.tracked_files(min_version=ds.version).read_all()
+    mask = pc.and_(pc.equal(tracked.column("version"), ds.version),
+                   pc.is_in(tracked.column("type").cast(pa.utf8()), pa.array(TRACKED_TYPES)))
+    tracked = tracked.filter(mask)
+    wanted = {(b, p) for b, p in zip(tracked.column("base_uri").cast(pa.utf8()).to_pylist(),
+                                     tracked.column("path").to_pylist(), strict=True)}
+    if not wanted:  # a branch's version may not be listed from here: use its fragments' data files
+        wanted = {(None, f"data/{df.path}") for frag in ds.get_fragments() for df in frag.metadata.files}
+    present = ds.all_files().read_all()
+    bases = set(present.column("base_uri").cast(pa.utf8()).to_pylist()) or {None}
+    here = set(present.column("path").to_pylist())
+    # files of other bases (shallow clones) cannot be listed from this table's directory: not judged here
+    missing = sorted(p for b, p in wanted if (b is None or b in bases) and p not in here)
+    # tracked_files lists an index's files from its directory: a directory that is gone lists nothing
+    index_dirs = {p.split("/")[1] for p in here if p.startswith("_indices/")}
+    indices = [i for i in ds.list_indices() if i.get("base_id") is None]
+    missing += sorted(f"_indices/{i['uuid']}/ (index {i['name']!r})" for i in indices if i["uuid"] not in index_dirs)
+    problems = [Problem(info.object_id, info.location, "missing_file",
+                        f"partition table {info.object_id!r} version {ds.version}: {p} is referenced but does not "
+                        f"exist") for p in missing[:MAX_FILES_PER_TABLE]]
+    if len(missing) > MAX_FILES_PER_TABLE:
+        problems.append(Problem(info.object_id, info.location, "missing_file",
+                                f"partition table {info.object_id!r}: {len(missing) - MAX_FILES_PER_TABLE} more "
+                                f"referenced files are missing"))
+    return problems, len(wanted) + len(indices)
+
+
+def check_rows(info: PartitionInfo, ds: lance.LanceDataset, spec: PartitionSpec | None, schema: pa.Schema,
+               expected: Mapping[str, pa.Scalar]) -> tuple[list[Problem], int]:
+    """Read every row, fragment by fragment, and recompute its partition values (deep check)."""
+    from lancepart.write.plan import partition_values
+
+    problems: list[Problem] = []
+    rows = 0
+    for frag in ds.get_fragments():
+        files = ", ".join(f"data/{df.path}" for df in frag.metadata.files)
+        try:
+            data = frag.to_table()
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            problems.append(Problem(info.object_id, info.location, "corrupt_data",
+                                    f"partition table {info.object_id!r}: fragment {frag.fragment_id} ({files}) "
+                                    f"cannot be read: {' '.join(str(e).split())[:300]}"))
+            continue
+        rows += data.num_rows
+        if spec is None or not data.num_rows or any(n not in data.column_names for n in schema.names):
+            continue
+        try:
+            values = partition_values(data.select(schema.names), spec, schema)
+        except LancepartError as e:
+            problems.append(Problem(info.object_id, info.location, "wrong_partition",
+                                    f"partition table {info.object_id!r}: fragment {frag.fragment_id} ({files}): "
+                                    f"partition values cannot be computed: {e}"))
+            continue
+        for f in spec.fields:
+            bad = _mismatches(values.column(f.column_name), expected.get(f.column_name))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                got = values.column(f.column_name)[row].as_py()
+                want = expected.get(f.column_name)
+                problems.append(Problem(
+                    info.object_id, info.location, "wrong_partition",
+                    f"partition table {info.object_id!r}: {int(bad.sum())} of {data.num_rows} rows of fragment "
+                    f"{frag.fragment_id} ({files}) belong to another partition: field {f.field_id!r} is "
+                    f"{_display(got)} for row {row} but the partition's value is "
+                    f"{_display(want.as_py() if want is not None and want.is_valid else None)}"))
+    return problems, rows
+
+
+def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bool = False, *,
+           progress_every: int = 100) -> VerifyReport:
+    """Check the namespace at ``root`` and report every problem found (never raises for one).
+
+    >>> # report = verify("/data/events", deep=True); report.ok, [p.kind for p in report.problems]
+    """
+    from lancepart.namespace import PartitionedNamespace
+
+    started = time.monotonic()
+    manifest = Manifest(root, storage_options)
+    try:
+        raw = manifest.dataset()
+    except LancepartError as e:
+        return VerifyReport(problems=(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "namespace_unreadable", str(e)),),
+                            deep=deep, seconds=round(time.monotonic() - started, 3))
+    specs, problems = _specs_of(dict(raw.metadata))
+    problems += check_manifest_columns(raw.schema, specs)
+    try:
+        ns = PartitionedNamespace.open(root, storage_options=storage_options)
+    except (LancepartError, KeyError) as e:
+        problems.append(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "namespace_unreadable",
+                                f"the namespace cannot be opened: {type(e).__name__}: {e}"))
+        return VerifyReport(problems=tuple(problems), deep=deep, manifest_version=raw.version,
+                            seconds=round(time.monotonic() - started, 3))
+    if any(p.kind == "missing_column" for p in problems):  # tables cannot be told apart from their pins
+        return VerifyReport(problems=tuple(problems), deep=deep, manifest_version=ns.manifest_version,
+                            seconds=round(time.monotonic() - started, 3))
+    schema, specs = ns.schema, ns.specs
+    tables = ns.snapshot().tables()
+    partitions = {p.object_id: p for p in ns._partition_infos(tables)}
+    infos: list[tuple[PartitionInfo, dict[str, pa.Scalar]]] = []
+    pcols = [c for c in tables.column_names if c.startswith("partition_field_")]
+    base = tables.select(["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist()
+    for i, row in enumerate(base):
+        info = partitions.get(row["object_id"]) or PartitionInfo(spec_id=-1, values={}, **row)
+        infos.append((info, {c: tables.column(c)[i] for c in pcols}))
+    total, done, lock = len(infos), [0], threading.Lock()
+    log.info("verifying %s: %d tables%s", root, total, " (deep: every row)" if deep else "")
+
+    def check(item: tuple[PartitionInfo, dict[str, pa.Scalar]]) -> _TableCheck:
+        info, expected = item
+        out = _TableCheck([])
+        try:
+            try:
+                check_location(info.location, info.object_id, root)
+            except UnsafeLocationError as e:
+                out.problems.append(Problem(info.object_id, info.location, "table_unreadable", str(e)))
+                return out
+            try:
+                ds = _open(root, info, ns.storage_options)
+            except (LancepartError, OSError, ValueError) as e:
+                out.problems.append(Problem(info.object_id, info.location, "table_unreadable",
+                                            f"partition table {info.object_id!r}: {e}"))
+                return out
+            if ds is None:
+                out.declared = True
+                return out
+            try:
+                file_problems, out.files = check_files(info, ds)
+                out.problems += file_problems
+            except (OSError, ValueError) as e:
+                out.problems.append(Problem(info.object_id, info.location, "table_unreadable",
+                                            f"partition table {info.object_id!r}: its files cannot be listed: {e}"))
+            spec = specs.get(info.spec_id)
+            if info.spec_id >= 0 and spec is None:
+                out.problems.append(Problem(info.object_id, info.location, "schema_mismatch",
+                                            f"partition table {info.object_id!r} belongs to spec v{info.spec_id}, "
+                                            f"which the namespace does not define"))
+            if spec is not None:
+                out.problems += check_table_schema(info, ds.schema, schema)
+            if deep:
+                row_problems, out.rows = check_rows(info, ds, spec, schema, expected)
+                out.problems += row_problems
+            return out
+        finally:
+            with lock:
+                done[0] += 1
+                if done[0] % progress_every == 0 or done[0] == total:
+                    log.info("verified %d/%d tables", done[0], total)
+
+    results = map_threads(check, infos)
+    for r in results:
+        problems += r.problems
+    report = VerifyReport(
+        problems=tuple(problems), deep=deep, manifest_version=ns.manifest_version,
+        tables_checked=sum(not r.declared for r in results), tables_declared=sum(r.declared for r in results),
+        files_checked=sum(r.files for r in results), rows_checked=sum(r.rows for r in results),
+        seconds=round(time.monotonic() - started, 3))
+    log.info("verify of %s: %s, %d tables (%d declared), %d files, %d rows read, %d problems, %.1f s", root,
+             "ok" if report.ok else "PROBLEMS", report.tables_checked, report.tables_declared, report.files_checked,
+             report.rows_checked, len(problems), report.seconds)
+    return report
