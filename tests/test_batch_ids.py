@@ -298,3 +298,16 @@ def _airflow_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(REPO), "PYTHONUTF8": "1"})
     _airflow(env, home, "initdb", timeout=120)
     return env, home
+
+
+def test_first_batch_id_after_a_cleanup_without_index(ns):
+    """Issue item 2: a namespace that never used batch ids gets no index from cleanup, and its
+    first lookup starts at the oldest ``__manifest`` version cleanup left (older transactions are
+    gone and cannot hold ids)."""
+    for i in range(3):
+        ns.write(demo_events(10, seed=i, start_id=10 * i))
+    short_cleanup(ns.root)
+    assert not os.path.exists(os.path.join(ns.root, batches.INDEX_DIR))
+    assert not ns.write(demo_events(10, seed=7, start_id=100), batch_id="première").skipped
+    assert ns.write(demo_events(10, seed=7, start_id=100), batch_id="première").skipped
+    assert published_rows(ns.root) == 40

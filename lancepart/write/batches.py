@@ -228,22 +228,30 @@ def _transactions(manifest: Manifest, first: int, last: int) -> list[tuple[int, 
     if first > last:
         return []
     mds = manifest.dataset()
-    oldest: list[int] = []
 
-    def read(v: int) -> tuple[int, dict[str, str]]:
+    def read(v: int, ds: lance.LanceDataset = mds) -> tuple[int, dict[str, str]]:
         try:
-            tx = mds.read_transaction(v)
+            tx = ds.read_transaction(v)
         except (OSError, ValueError) as e:
-            if not oldest:
-                oldest.append(min(int(x["version"]) for x in mds.versions()))
-            if v < oldest[0]:
-                return v, {}
             raise CorruptNamespaceError(f"cannot read the transaction of {manifest.uri} version {v} to look for "
                                         f"batch ids: {e}") from e
         return v, dict(tx.transaction_properties or {}) if tx is not None else {}
 
+    try:
+        got = [read(first)]
+        first += 1
+    except CorruptNamespaceError:  # removed by a cleanup? then start at the oldest version left
+        oldest = min(int(x["version"]) for x in mds.versions())
+        if first >= oldest:
+            raise
+        got, first = [], oldest
     versions = range(first, last + 1)
-    got = map_threads(read, versions) if len(versions) > _PARALLEL_READS else [read(v) for v in versions]
+    if len(versions) <= _PARALLEL_READS:
+        got += [read(v) for v in versions]
+    else:  # one dataset handle per thread: a handle cannot be used by two threads at once
+        chunks = [versions[i::_PARALLEL_READS] for i in range(_PARALLEL_READS)]
+        for part in map_threads(lambda vs: [read(v, manifest.dataset()) for v in vs], chunks):
+            got += part
     return [(v, p) for v, p in got if BATCH_ID_PROPERTY in p]
 
 
@@ -296,6 +304,8 @@ def index_batches(manifest: Manifest, upto: int | None = None) -> int:
     }, schema=INDEX_SCHEMA)
     uri, so = index_uri(manifest), manifest.storage_options
     lock = commit_lock(uri, so)
+    if ds is None and not rows.num_rows:
+        return upto  # no id was ever published: nothing to remember, no index to create
     if ds is None:
         try:
             ds = lance.write_dataset(rows, uri, schema=INDEX_SCHEMA, mode="create", storage_options=so,
