@@ -296,6 +296,7 @@ def _airflow_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(REPO), "PYTHONUTF8": "1"})
+    env.setdefault("LANCEPART_PYTHON", sys.executable)  # a checkout without its own .venv
     _airflow(env, home, "initdb", timeout=120)
     return env, home
 
