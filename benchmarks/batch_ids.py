@@ -59,7 +59,7 @@ def bench(n: int, runs: int) -> dict:
     spec = {"id": 1, "fields": [{"field_id": "shop", "source_ids": [1], "transform": {"type": "identity"},
                                  "result_type": {"type": "int32"}}]}
     ns = PartitionedNamespace.create(tempfile.mkdtemp() + "/ns", schema, spec)
-    ns.write(pa.table({"id": [0], "shop": [1]}))
+    ns.write(pa.table({"id": pa.array([0], pa.int64()), "shop": pa.array([1], pa.int32())}))
     fill_index(ns, n)
     row = lambda i: pa.table({"id": pa.array([i], pa.int64()), "shop": pa.array([i % 4], pa.int32())})  # noqa: E731
     out = {"ids_recorded": n}
