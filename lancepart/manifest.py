@@ -292,15 +292,20 @@ class Manifest:
             if (column,) not in have:
                 ds.create_scalar_index(column, kind, name=f"{column}_idx")
 
-    def commit(self, base: ManifestSnapshot, rows: pa.Table) -> ManifestSnapshot:
+    def commit(self, base: ManifestSnapshot, rows: pa.Table,
+               transaction_properties: Mapping[str, str] | None = None) -> ManifestSnapshot:
         """Replace the rows of ``base`` by ``rows`` in one commit, or raise :class:`ManifestConflict`
-        (also when a cleanup removed the version ``base`` read: it was superseded, so rebase)."""
+        (also when a cleanup removed the version ``base`` read: it was superseded, so rebase).
+        ``transaction_properties`` are stored in that commit's Lance transaction (a batch id)."""
         try:
             ds = self.dataset(base.version)
             rows = rows.select(ds.schema.names).cast(ds.schema)
             frags = (lance.fragment.write_fragments(rows, ds, storage_options=self.storage_options)
                      if rows.num_rows else [])
             op = LanceOperation.Update(removed_fragment_ids=list(base.fragment_ids), new_fragments=frags)
+            if transaction_properties:
+                op = lance.Transaction(read_version=base.version, operation=op,
+                                       transaction_properties=dict(transaction_properties))
             new = lance.LanceDataset.commit(self.uri, op, read_version=base.version,
                                             storage_options=self.storage_options, commit_lock=self.commit_lock)
         except LanceCommitConflictError as e:
@@ -345,6 +350,7 @@ class Manifest:
         base_delay: float = 0.05,
         max_delay: float = 2.0,
         what: str = "__manifest commit",
+        transaction_properties: Mapping[str, str] | None = None,
     ) -> tuple[ManifestSnapshot, T, int]:
         """Optimistic read-modify-write: reload, ``mutate``, commit; on conflict back off and redo.
 
@@ -352,7 +358,8 @@ class Manifest:
         commit. It must be a pure function of the snapshot so that it can be re-run on a
         newer one (this is the rebase). Exponential backoff with full jitter; after
         ``max_retries`` conflicts raises :class:`CommitConflictError` with nothing committed.
-        Returns ``(snapshot after commit, value, retries)``.
+        Returns ``(snapshot after commit, value, retries)``. ``transaction_properties`` go with
+        the commit (:meth:`commit`).
         """
         for attempt in range(max_retries + 1):
             snap = self.snapshot()
@@ -360,7 +367,7 @@ class Manifest:
                 rows, value = mutate(snap)  # may raise ManifestConflict: what it built on is gone, rebase
                 if rows is None:
                     return snap, value, attempt
-                return self.commit(snap, rows), value, attempt
+                return self.commit(snap, rows, transaction_properties), value, attempt
             except ManifestConflict:
                 if attempt == max_retries:
                     break

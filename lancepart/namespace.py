@@ -367,6 +367,7 @@ class PartitionedNamespace:
             raise NamespaceNotFoundError(f"namespace {object_id!r} does not exist in {self.root}")
         metadata = rows.column("metadata")[i].as_py()
         props = json.loads(metadata) if metadata else {}
+        props = {k: v for k, v in props.items() if not k.startswith("lancepart.batch.")}  # bookkeeping of old writes
         if not id[0].startswith("v") or not id[0][1:].isdigit() or int(id[0][1:]) not in self._specs:
             return props
         spec = self._specs[int(id[0][1:])]

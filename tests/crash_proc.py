@@ -322,7 +322,7 @@ def data_files_on_disk(root: str) -> set[str]:
     out = set()
     for d in os.listdir(root):
         data = os.path.join(root, d, "data")
-        if d != "__manifest" and os.path.isdir(data):
+        if d not in ("__manifest", "_lancepart_batches") and os.path.isdir(data):
             out.update(f"{d}/data/{f}" for f in os.listdir(data))
     return out
 
@@ -333,8 +333,8 @@ def check_history(root: str, batches: Mapping[str, Batch], *,
 
     * one table row per partition value tuple, unique object ids and locations, ``read_version``
       never NULL and never decreasing, no table row ever vanishing;
-    * batch records (``lancepart.batch.<id>`` in the ``v<N>`` row) appear exactly at the version
-      they name and never change or vanish;
+    * each batch id is carried by the transaction properties (``lancepart.batch_id``) of
+      exactly one ``__manifest`` version, the one that published it;
     * the published rows (every table at its ``read_version``) are exactly the serial
       application, in commit order, of the batches committed so far (append adds rows,
       overwrite replaces the partitions the batch touches): no row lost, doubled or foreign,
@@ -344,7 +344,7 @@ def check_history(root: str, batches: Mapping[str, Batch], *,
     """
     import lance
 
-    from lancepart.write.publish import BATCH_PREFIX
+    from lancepart.write.batches import BATCH_ID_PROPERTY
     from tests.conftest import expected_keys
 
     cache = {} if cache is None else cache  # table versions and batches are immutable: reuse across calls
@@ -368,36 +368,28 @@ def check_history(root: str, batches: Mapping[str, Batch], *,
     latest = mds.version
     model: dict[tuple, list[int]] = {}
     prev_rv: dict[str, int] = {}
-    records: dict[str, str] = {}
+    records: dict[str, int] = {}
     for v in range(1, latest + 1):
         if ("manifest", root, v) not in cache:
             cache["manifest", root, v] = mds.checkout_version(v).to_table().to_pylist()
         rows = cache["manifest", root, v]
         where = f"__manifest version {v}"
-        # batch records
-        seen_now: dict[str, str] = {}
-        for r in rows:
-            if r["object_type"] == "namespace" and "$" not in r["object_id"] and r["metadata"]:
-                for k, val in json.loads(r["metadata"]).items():
-                    if k.startswith(BATCH_PREFIX):
-                        seen_now[k[len(BATCH_PREFIX):]] = val
-        for bid, val in records.items():
-            if seen_now.get(bid) != val:
-                raise InvariantError(f"{where}: batch record {bid} changed or vanished")
-        for bid in sorted(set(seen_now) - set(records), key=lambda x: json.loads(seen_now[x])["manifest_version"]):
-            mv = json.loads(seen_now[bid])["manifest_version"]
-            if mv != v:
-                raise InvariantError(f"{where}: batch {bid} first recorded here but its record says {mv}")
+        # batch records: the transaction of the publishing commit carries the id
+        if ("tx", root, v) not in cache:
+            tx = mds.read_transaction(v)
+            cache["tx", root, v] = (tx.transaction_properties or {}).get(BATCH_ID_PROPERTY) if tx else None
+        bid = cache["tx", root, v]
+        if bid is not None:
+            if bid in records:
+                raise InvariantError(f"{where}: batch {bid} published again (first in version {records[bid]})")
             if bid not in batches:
                 raise InvariantError(f"{where}: unknown batch {bid} committed")
+            records[bid] = v
             h.order.append(bid)
             h.commit_version[bid] = v
             b = batches[bid]
             for k, ids in content[bid].items():
                 model[k] = ([*model.get(k, []), *ids] if b.mode == "append" else list(ids))
-        if len(set(seen_now) - set(records)) > 1:
-            raise InvariantError(f"{where}: more than one batch committed in one __manifest version")
-        records = seen_now
         # table rows
         tables = [r for r in rows if r["object_type"] == "table"]
         pcols = sorted(c for c in (rows[0] if rows else {}) if c.startswith("partition_field_"))

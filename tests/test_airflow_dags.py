@@ -105,7 +105,7 @@ def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
     task, and the retry finds its batch id published and writes nothing (spec "Transaction";
     README "Writing": batch_id)."""
     from lancepart import PartitionedNamespace
-    from lancepart.write.publish import committed_batch
+    from lancepart.write.batches import find_batch
 
     env, _ = airflow_env
     root, marker = tmp_path / "ns", tmp_path / "first-attempt-done"
@@ -131,7 +131,7 @@ def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
     ns = PartitionedNamespace.open(root)
     ids = ns.to_table(columns=["id"]).column("id")
     assert len(ids) == 2000 and sorted(ids.to_pylist()) == list(range(2000))  # published exactly once
-    assert committed_batch(ns.snapshot(), f"lancepart_ingest:{config}:{LOGICAL_DATE}") is not None
+    assert find_batch(ns.manifest, f"lancepart_ingest:{config}:{LOGICAL_DATE}", ns.snapshot()) is not None
 
 
 @pytest.mark.spark

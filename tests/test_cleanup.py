@@ -347,11 +347,11 @@ def test_killed_spark_job_directories_go(ns):
     before, tables = ns.to_table().sort_by("id"), {p.location for p in ns.partitions()}
     code, records, err = finish(launch(ns.root, [batch(2, days=3).op(fault="after_fragments:exit")], engine="spark"))
     assert code == 77 and not records, err[-3000:]
-    job_dirs = set(os.listdir(ns.root)) - tables - {"__manifest"}
+    job_dirs = set(os.listdir(ns.root)) - tables - {"__manifest", "_lancepart_batches"}
     assert job_dirs and all(not os.path.exists(join_uri(ns.root, d, "_versions")) for d in job_dirs)
     for d in job_dirs:  # unreferenced directories obey the retention floor even under allow_short_retention
         backdate(join_uri(ns.root, d), 7200)
     stats = ns.cleanup(ZERO, allow_short_retention=True)
     assert stats.orphan_dirs_removed == len(job_dirs) and {d + "/" for d in job_dirs} <= set(stats.removed)
-    assert set(os.listdir(ns.root)) == tables | {"__manifest"}
+    assert set(os.listdir(ns.root)) == tables | {"__manifest", "_lancepart_batches"}
     assert ns.to_table().sort_by("id").equals(before)

@@ -221,7 +221,7 @@ def test_write_read_append_overwrite_batch_ids(s3, s3_ns):
     assert got.num_rows == len(kept) + 100 and got.schema == ns.schema
     parts = reopened.partitions()
     assert len(parts) == len({p.object_id for p in parts}) == 12
-    assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}
+    assert top_dirs(s3, ns.root) == {"__manifest", "_lancepart_batches"} | {p.location for p in parts}
     for p in parts:  # every table, read at its read_version, holds only its own partition
         t = lance.dataset(join_uri(ns.root, p.location), version=p.read_version, storage_options=so).to_table()
         assert set(t.column("event_date").to_pylist()) <= {p.values["event_date"]}

@@ -142,6 +142,7 @@ from lancepart.manifest import MANIFEST_DIR, Manifest, join_uri, normalize_root
 from lancepart.parallel import map_threads
 from lancepart.repair import ensure_intact
 from lancepart.results import CleanupStats
+from lancepart.write.batches import prepare_for_cleanup
 
 log = logging.getLogger("lancepart.cleanup")
 
@@ -724,6 +725,7 @@ def cleanup(
     run = _Run(root_s, older_than, floor, dry_run, storage_options)
     run.plan_manifest()
     total = _Tally()
+    prepare_for_cleanup(run.manifest, dry_run=dry_run)  # batch ids of the versions about to go: into the index
     # __manifest first: a cleanup that dies half way then leaves table versions no snapshot
     # needs (the next run takes them), never a retained snapshot whose table versions are gone
     total.add(run.clean_manifest())

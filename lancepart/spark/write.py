@@ -39,9 +39,10 @@ from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.write import faults
+from lancepart.write.batches import check_batch_id
 from lancepart.write.local import check_mode
 from lancepart.write.plan import check_schema
-from lancepart.write.publish import TableWrite, committed_batch, fragments_from_json, publish
+from lancepart.write.publish import TableWrite, already_published, fragments_from_json, publish
 from lancepart.write.reserve import remove_table_dir, reserve_partitions
 
 log = logging.getLogger("lancepart.spark")
@@ -169,14 +170,14 @@ def write(
     """
     started = time.monotonic()
     check_mode(mode)
+    if batch_id is not None:
+        check_batch_id(batch_id)
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     check_schema(_arrow_schema_of(df), schema)  # before any byte is written
     snap = manifest.snapshot()
-    if batch_id is not None and committed_batch(snap, batch_id) is not None:
-        log.info("batch %s already published; skipping", batch_id)
-        return CommitResult(manifest_version=snap.version, batch_id=batch_id, skipped=True,
-                            seconds=round(time.monotonic() - started, 3))
+    if batch_id is not None and (done := already_published(manifest, snap, batch_id, started)):
+        return done
     phases: dict[str, Any] = {}
     if expectations:
         from lancepart.quality import check

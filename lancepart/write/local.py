@@ -23,8 +23,9 @@ from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import faults
+from lancepart.write.batches import check_batch_id
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
-from lancepart.write.publish import TableWrite, committed_batch, publish
+from lancepart.write.publish import TableWrite, already_published, publish
 from lancepart.write.reserve import TableRef, reserve_partitions
 
 if TYPE_CHECKING:
@@ -73,6 +74,8 @@ def _write_local(
 ) -> CommitResult:
     started = time.monotonic()
     check_mode(mode)
+    if batch_id is not None:
+        check_batch_id(batch_id)
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     reader = data.to_reader(max_chunksize=chunk_rows) if isinstance(data, pa.Table) else data
@@ -81,12 +84,8 @@ def _write_local(
                                    f"got {type(data).__name__}")
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     check_schema(reader.schema, schema)  # before any byte is written
-    if batch_id is not None:
-        snap = manifest.snapshot()
-        if committed_batch(snap, batch_id) is not None:
-            log.info("batch %s already published; skipping", batch_id)
-            return CommitResult(manifest_version=snap.version, batch_id=batch_id, skipped=True,
-                                seconds=round(time.monotonic() - started, 3))
+    if batch_id is not None and (done := already_published(manifest, manifest.snapshot(), batch_id, started)):
+        return done
     if expectations:
         if not isinstance(data, pa.Table):
             raise InvalidArgumentError("expectations need the whole input: pass a pa.Table, not a stream")

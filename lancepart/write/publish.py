@@ -8,8 +8,10 @@ based on (a concurrent job published first, or restored our version away) is com
 again on top of the new published version, so ``read_version`` only moves forward and
 no one's fragments are lost or published twice.
 
-Exactly-once batches: a ``batch_id`` is recorded in the same commit, as a property
-``lancepart.batch.<id>`` of the spec version namespace row (``v<N>``) it was written under.
+Exactly-once batches: a ``batch_id`` is recorded in the same commit, as a Lance transaction
+property of the publishing ``__manifest`` commit (:mod:`lancepart.write.batches`); inside the
+rebase every version up to the snapshot is checked for it, so of two writers with the same id
+exactly one publishes.
 """
 
 from __future__ import annotations
@@ -20,22 +22,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, LancepartError, PartitionPinnedError
 from lancepart.manifest import Manifest, ManifestSnapshot
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.write import faults
+from lancepart.write import batches, faults
 from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.tables import commit_table
 
 log = logging.getLogger("lancepart.write")
-
-BATCH_PREFIX = "lancepart.batch."
-MAX_BATCH_IDS = 10_000  # per spec version namespace row; oldest dropped first
 
 
 @dataclass
@@ -48,36 +45,17 @@ class TableWrite:
     rows: int = 0
 
 
-def batch_key(batch_id: str) -> str:
-    return BATCH_PREFIX + batch_id
-
-
-def committed_batch(snap: ManifestSnapshot, batch_id: str) -> str | None:
-    """The record of ``batch_id`` if a published commit carries it, else None."""
-    key = batch_key(batch_id)
-    rows = snap.rows
-    ns_rows = rows.filter(pc.and_(pc.equal(rows.column("object_type"), "namespace"),
-                                  pc.invert(pc.match_substring(rows.column("object_id"), "$"))))
-    for md in ns_rows.column("metadata").to_pylist():
-        if md and key in md:  # cheap substring test first
-            value = json.loads(md).get(key)
-            if value is not None:
-                return value
-    return None
-
-
-def _record_batch(rows: pa.Table, spec_namespace: str, batch_id: str, manifest_version: int) -> pa.Table:
-    index = rows.column("object_id").to_pylist().index(spec_namespace)
-    props = json.loads(rows.column("metadata")[index].as_py() or "{}")
-    props[batch_key(batch_id)] = json.dumps({"manifest_version": manifest_version, "committed_at": time.time()})
-    batches = sorted((k for k in props if k.startswith(BATCH_PREFIX)),
-                     key=lambda k: json.loads(props[k]).get("committed_at", 0))
-    for k in batches[:-MAX_BATCH_IDS]:
-        del props[k]
-    md = rows.column("metadata").to_pylist()
-    md[index] = json.dumps(props, separators=(",", ":"), sort_keys=True)
-    i = rows.schema.get_field_index("metadata")
-    return rows.set_column(i, rows.schema.field(i), pa.array(md, pa.utf8()))
+def already_published(manifest: Manifest, snap: ManifestSnapshot, batch_id: str, started: float
+                      ) -> CommitResult | None:
+    """The skipped result of a write whose ``batch_id`` is already published as of ``snap``,
+    else None: the early check that spares a rerun its work (publish checks again, atomically)."""
+    found = batches.find_batch(manifest, batch_id, snap)
+    if found is None:
+        return None
+    log.info("batch %r already published in __manifest version %d; skipping", batch_id, found.manifest_version)
+    return CommitResult(manifest_version=snap.version, batch_id=batch_id, skipped=True,
+                        seconds=round(time.monotonic() - started, 3),
+                        details=batches.result_details(found, batches.batch_id_retention(snap.metadata)))
 
 
 def publish(
@@ -94,18 +72,22 @@ def publish(
 ) -> CommitResult:
     """Commit every touched table and publish them in one ``__manifest`` commit."""
     started = time.monotonic() if started is None else started
+    if batch_id is not None:
+        batches.check_batch_id(batch_id)
     writes = [w for w in writes if w.fragments]
     by_oid: dict[str, TableWrite] = {w.object_id: w for w in writes}
     if len(by_oid) != len(writes):
         raise ValueError("one TableWrite per partition table expected")
     done: dict[str, tuple[int | None, int]] = {}  # object_id -> (base read_version, our table version)
     overwrite = mode == "overwrite"
-    skipped = {"value": False}
+    skipped: dict[str, batches.BatchRecord | None] = {"value": None}
 
     def mutate(snap: ManifestSnapshot):
-        skipped["value"] = False
-        if batch_id is not None and committed_batch(snap, batch_id) is not None:
-            skipped["value"] = True
+        # every version up to snap.version: a concurrent writer with the same id that committed
+        # first makes our commit conflict, and the rebase then finds its id here
+        skipped["value"] = None
+        if batch_id is not None and (found := batches.find_batch(manifest, batch_id, snap)) is not None:
+            skipped["value"] = found
             return None, None
         if not writes and batch_id is None:
             return None, None
@@ -143,23 +125,27 @@ def publish(
         check_files_present(manifest.root, [(o, by_oid[o].location, done[o][1], by_oid[o].fragments) for o in by_oid],
                             manifest.storage_options)
         rows = snap.with_read_versions({oid: done[oid][1] for oid in by_oid})
-        if batch_id is not None:
-            rows = _record_batch(rows, spec_namespace, batch_id, snap.version + 1)
         faults.checkpoint("before_manifest_commit")
         return rows, None
 
-    snap, _, retries = manifest.update(mutate, max_retries=max_retries, what="publish")
-    if not skipped["value"] and (writes or batch_id is not None):
+    props = batches.transaction_properties(batch_id) if batch_id is not None else None
+    snap, _, retries = manifest.update(mutate, max_retries=max_retries, what="publish", transaction_properties=props)
+    skip = skipped["value"]
+    if skip is None and (writes or batch_id is not None):
         faults.checkpoint("after_manifest_commit")
+        if batch_id is not None or batches.index_exists(manifest):
+            batches.index_quietly(manifest, snap.version)
     result = CommitResult(
         manifest_version=snap.version,
-        rows_written=0 if skipped["value"] else sum(w.rows for w in writes),
-        partitions_touched=0 if skipped["value"] else len(writes),
+        rows_written=0 if skip is not None else sum(w.rows for w in writes),
+        partitions_touched=0 if skip is not None else len(writes),
         partitions_created=partitions_created,
         retries=retries + extra_retries,
         batch_id=batch_id,
-        skipped=skipped["value"],
+        skipped=skip is not None,
         seconds=round(time.monotonic() - started, 3),
+        details=batches.result_details(skip, batches.batch_id_retention(snap.metadata)) if batch_id is not None
+        else {},
     )
     log.info("published %s", json.dumps(result.to_dict(), default=str))
     return result
