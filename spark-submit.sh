@@ -3,7 +3,7 @@
 #
 #   ./spark-submit.sh jobs/<job>.py --config configs/<file>.yaml [--batch-id ID] [spark-submit options]
 #
-# --config and --batch-id go to the job, other options to spark-submit (--master,
+# --config, --batch-id, --storage-options-file go to the job, the rest to spark-submit (--master,
 # --conf k=v, --executor-memory, ...); everything after a literal `--` goes to the job. Without
 # --master the job runs on the embedded local[*]. Python: $LANCEPART_PYTHON, else the
 # project's .venv, else python3; it must have lancepart's dependencies installed
@@ -32,6 +32,8 @@ while [ $# -gt 0 ]; do
     --config=*) job_args+=("$1"); shift ;;
     --batch-id) job_args+=("$1" "$2"); shift 2 ;;
     --batch-id=*) job_args+=("$1"); shift ;;
+    --storage-options-file) job_args+=("$1" "$2"); shift 2 ;;
+    --storage-options-file=*) job_args+=("$1"); shift ;;
     --) shift; job_args+=("$@"); break ;;
     --master) has_master=1; spark_args+=("$1" "$2"); shift 2 ;;
     --master=*) has_master=1; spark_args+=("$1"); shift ;;

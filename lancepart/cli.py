@@ -46,6 +46,7 @@ from lancepart.errors import (
     LancepartError,
     SchemaMismatchError,
 )
+from lancepart.redact import redacting_output
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -112,6 +113,7 @@ def storage_options(args: argparse.Namespace, from_config: Mapping[str, str] | N
     KEY=VALUE``; later ones win. ``${VAR}`` in a file value is the environment variable VAR.
     Values are never echoed: the env variable and the file keep secrets out of ``ps``."""
     from lancepart.config import storage_options_from_env, storage_options_from_file
+    from lancepart.redact import register
 
     try:
         merged: dict[str, str] = storage_options_from_env()
@@ -126,6 +128,7 @@ def storage_options(args: argparse.Namespace, from_config: Mapping[str, str] | N
         if not sep or not key.strip():
             raise UsageError("--storage-option needs KEY=VALUE (the value is not shown here)")
         merged[key.strip()] = value
+    register(merged)
     return merged or None
 
 
@@ -703,6 +706,7 @@ def _fail(code: int, kind: str, message: str, as_json: bool) -> int:
     return code
 
 
+@redacting_output  # nothing it prints shows URL userinfo or a secret storage option value
 def main(argv: list[str] | None = None) -> int:
     """Run the ``lancepart`` command; returns the exit code.
 

@@ -22,6 +22,7 @@ import yaml
 
 from lancepart.errors import ConfigError, InvalidSpecError
 from lancepart.maintenance.compact import DEFAULT_DELETIONS_THRESHOLD, DEFAULT_MIN_SMALL_FRAGMENTS, DEFAULT_TARGET_ROWS
+from lancepart.redact import register as register_secrets
 from lancepart.spec import PartitionSpec, arrow_type_from_json
 
 #: The keys a job config may hold, section by section (free-form mappings are not listed: Lance
@@ -270,7 +271,9 @@ class JobConfig:
     compact: CompactConfig = field(default_factory=CompactConfig)
 
     @classmethod
-    def load(cls, path: str | Path) -> JobConfig:
+    def load(cls, path: str | Path, storage_options_file: str | Path | None = None) -> JobConfig:
+        """The job config at ``path``; ``storage_options_file`` (a JSON or YAML mapping) adds
+        storage options under the config's own ``namespace.storage``."""
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
@@ -289,12 +292,16 @@ class JobConfig:
             except ConfigError as e:
                 raise ConfigError(f"{p}: {e}") from None
         try:
-            return cls.from_dict(data, base_dir=p.parent)
+            defaults = storage_options_from_file(storage_options_file) if storage_options_file else None
+            return cls.from_dict(data, base_dir=p.parent, storage_defaults=defaults)
         except ConfigError as e:
             raise ConfigError(f"{p}: {e}") from None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None) -> JobConfig:
+    def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None,
+                  storage_defaults: Mapping[str, str] | None = None) -> JobConfig:
+        """A config from its data. Storage options: ``$LANCEPART_STORAGE_OPTIONS``, then
+        ``storage_defaults``, then ``namespace.storage``; later ones win."""
         data = _mapping(data, "a job config")
         _check_keys(data, "")
         ns = data.get("namespace")
@@ -302,9 +309,10 @@ class JobConfig:
             raise ConfigError("namespace.root is required")
         _check_keys(ns, "namespace")
         _typed(ns["root"], str, "namespace.root", "a path or URI string")
-        storage = {**storage_options_from_env(),
+        storage = {**storage_options_from_env(), **(storage_defaults or {}),
                    **{str(k): _storage_value(str(k), v) for k, v in _mapping(ns.get("storage"), "namespace.storage")
                       .items()}}
+        register_secrets(storage)  # no message of this process shows them
         if ns.get("spec") is not None:
             spec_data = _mapping(ns["spec"], "namespace.spec")
             _check_keys(spec_data, "namespace.spec")

@@ -146,3 +146,24 @@ def test_cli_refuses_a_config_with_an_unknown_key(tmp_path):
     assert proc.returncode == 2, proc
     err = json.loads(proc.stdout)
     assert err["error"] == "ConfigError" and "unknown key 'storage_options' in namespace" in err["message"]
+
+
+def test_storage_options_file_and_environment_under_the_config(tmp_path, monkeypatch):
+    """Issue 11 item 14: storage options for the jobs without the command line:
+    ``$LANCEPART_STORAGE_OPTIONS``, then ``--storage-options-file``, then the config's own
+    ``namespace.storage`` (later ones win); a bad file or variable is named, its content never."""
+    monkeypatch.setenv("LANCEPART_STORAGE_OPTIONS", json.dumps({"aws_region": "env", "aws_access_key_id": "env-key"}))
+    options = tmp_path / "so.yaml"
+    options.write_text("aws_access_key_id: file-key\naws_secret_access_key: file-secret-value\nallow_http: true\n")
+    path = _write(tmp_path, "namespace:\n  root: /x\n  storage: {aws_region: eu-west-3}\n")
+    assert JobConfig.load(path, options).namespace.storage_options == {
+        "aws_region": "eu-west-3", "aws_access_key_id": "file-key", "aws_secret_access_key": "file-secret-value",
+        "allow_http": "true"}
+    options.write_text("- file-secret-value\n")
+    with pytest.raises(ConfigError, match="must hold a mapping") as exc:
+        JobConfig.load(path, options)
+    assert "file-secret-value" not in str(exc.value)
+    monkeypatch.setenv("LANCEPART_STORAGE_OPTIONS", "not json file-secret-value")
+    with pytest.raises(ConfigError, match=r"\$LANCEPART_STORAGE_OPTIONS must be a JSON object") as exc:
+        JobConfig.load(path)
+    assert "file-secret-value" not in str(exc.value)
