@@ -137,7 +137,7 @@ def _read_config_namespace(path: str) -> tuple[str, dict[str, str]]:
     key such as ``storage_options:`` is an error, not credentials silently dropped)."""
     from lancepart.config import JobConfig
 
-    nc = JobConfig.load(path).namespace
+    nc = JobConfig.load(path, storage_env=False).namespace  # storage_options() adds the environment
     return nc.root, dict(nc.storage_options)
 
 
@@ -210,7 +210,7 @@ def _cmd_create(args: argparse.Namespace) -> Any:
     if args.config:
         if args.schema or args.spec:
             raise UsageError("create: give either --config or --schema and --spec, not both")
-        cfg = JobConfig.load(args.config)
+        cfg = JobConfig.load(args.config, storage_env=False)
         nc = cfg.namespace
         if nc.schema is None or nc.spec is None:
             raise ConfigError(f"{args.config}: namespace.schema and namespace.spec are needed to create a namespace")

@@ -271,9 +271,11 @@ class JobConfig:
     compact: CompactConfig = field(default_factory=CompactConfig)
 
     @classmethod
-    def load(cls, path: str | Path, storage_options_file: str | Path | None = None) -> JobConfig:
+    def load(cls, path: str | Path, storage_options_file: str | Path | None = None,
+             storage_env: bool = True) -> JobConfig:
         """The job config at ``path``; ``storage_options_file`` (a JSON or YAML mapping) adds
-        storage options under the config's own ``namespace.storage``."""
+        storage options under the config's own ``namespace.storage``. ``storage_env=False``:
+        without ``$LANCEPART_STORAGE_OPTIONS`` (the CLI merges it itself, in its own order)."""
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
@@ -293,15 +295,16 @@ class JobConfig:
                 raise ConfigError(f"{p}: {e}") from None
         try:
             defaults = storage_options_from_file(storage_options_file) if storage_options_file else None
-            return cls.from_dict(data, base_dir=p.parent, storage_defaults=defaults)
+            return cls.from_dict(data, base_dir=p.parent, storage_defaults=defaults, storage_env=storage_env)
         except ConfigError as e:
             raise ConfigError(f"{p}: {e}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None,
-                  storage_defaults: Mapping[str, str] | None = None) -> JobConfig:
-        """A config from its data. Storage options: ``$LANCEPART_STORAGE_OPTIONS``, then
-        ``storage_defaults``, then ``namespace.storage``; later ones win."""
+                  storage_defaults: Mapping[str, str] | None = None, storage_env: bool = True) -> JobConfig:
+        """A config from its data. Storage options: ``$LANCEPART_STORAGE_OPTIONS`` (unless
+        ``storage_env`` is false), then ``storage_defaults``, then ``namespace.storage``; later
+        ones win."""
         data = _mapping(data, "a job config")
         _check_keys(data, "")
         ns = data.get("namespace")
@@ -309,7 +312,7 @@ class JobConfig:
             raise ConfigError("namespace.root is required")
         _check_keys(ns, "namespace")
         _typed(ns["root"], str, "namespace.root", "a path or URI string")
-        storage = {**storage_options_from_env(), **(storage_defaults or {}),
+        storage = {**(storage_options_from_env() if storage_env else {}), **(storage_defaults or {}),
                    **{str(k): _storage_value(str(k), v) for k, v in _mapping(ns.get("storage"), "namespace.storage")
                       .items()}}
         register_secrets(storage)  # no message of this process shows them

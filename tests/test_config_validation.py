@@ -167,3 +167,18 @@ def test_storage_options_file_and_environment_under_the_config(tmp_path, monkeyp
     with pytest.raises(ConfigError, match=r"\$LANCEPART_STORAGE_OPTIONS must be a JSON object") as exc:
         JobConfig.load(path)
     assert "file-secret-value" not in str(exc.value)
+
+
+def test_cli_storage_options_order(tmp_path, monkeypatch):
+    """The CLI merges $LANCEPART_STORAGE_OPTIONS, then --storage-options-file, then the config's
+    namespace.storage, then --storage-option; later ones win (docs/configuration.md)."""
+    from lancepart.cli import _merge_common, _target, build_parser
+
+    monkeypatch.setenv("LANCEPART_STORAGE_OPTIONS", json.dumps({"a": "env", "b": "env", "c": "env", "d": "env"}))
+    options = tmp_path / "so.json"
+    options.write_text(json.dumps({"b": "file", "c": "file", "d": "file"}))
+    path = _write(tmp_path, "namespace:\n  root: /x\n  storage: {c: config, d: config}\n")
+    args = build_parser().parse_args(["describe", "--config", str(path), "--storage-options-file", str(options),
+                                      "--storage-option", "d=flag"])
+    _merge_common(args)
+    assert _target(args) == ("/x", {"a": "env", "b": "file", "c": "config", "d": "flag"})
