@@ -81,6 +81,14 @@ def test_cli_takes_storage_options_off_the_command_line_and_never_echoes_them(s3
     assert json.loads(described.stdout)["rows"] == 500
     _run(["describe", "--config", str(config)], _env(LP_TEST_S3_SECRET=secret), secret)  # the text form too
 
+    # Lance ignores userinfo in an s3 URL: the root works, and every output shows it masked
+    url_root = root.replace("s3://", f"s3://AKIAEXAMPLE:{secret}@")
+    for as_json in ([], ["--json"]):
+        proc = subprocess.run([CLI, *as_json, "describe", url_root], env=_env(LANCEPART_STORAGE_OPTIONS=json.dumps(so)),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and secret not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        assert "s3://***@" in proc.stdout
+
 
 def test_failures_never_echo_a_secret(s3, tmp_path):
     """A dead endpoint, credentials in the root URL or in the endpoint URL, and a secret given to
