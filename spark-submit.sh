@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Run a lancepart job with spark-submit, shipping the lancepart package to the executors.
 #
-#   ./spark-submit.sh jobs/<job>.py --config configs/<file>.yaml [spark-submit options]
+#   ./spark-submit.sh jobs/<job>.py --config configs/<file>.yaml [--batch-id ID] [spark-submit options]
 #
-# Options other than --config are passed to spark-submit (--master, --conf k=v,
-# --executor-memory, ...); everything after a literal `--` goes to the job. Without
+# --config, --batch-id, --storage-options-file go to the job, the rest to spark-submit (--master,
+# --conf k=v, --executor-memory, ...); everything after a literal `--` goes to the job. Without
 # --master the job runs on the embedded local[*]. Python: $LANCEPART_PYTHON, else the
 # project's .venv, else python3; it must have lancepart's dependencies installed
 # (on a cluster ship an environment with --archives, see README).
@@ -30,6 +30,10 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --config) job_args+=("$1" "$2"); shift 2 ;;
     --config=*) job_args+=("$1"); shift ;;
+    --batch-id) job_args+=("$1" "$2"); shift 2 ;;
+    --batch-id=*) job_args+=("$1"); shift ;;
+    --storage-options-file) job_args+=("$1" "$2"); shift 2 ;;
+    --storage-options-file=*) job_args+=("$1"); shift ;;
     --) shift; job_args+=("$@"); break ;;
     --master) has_master=1; spark_args+=("$1" "$2"); shift 2 ;;
     --master=*) has_master=1; spark_args+=("$1"); shift ;;

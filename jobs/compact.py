@@ -23,8 +23,11 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="jobs/compact.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="job config YAML (see configs/compact-demo.yaml)")
+    parser.add_argument("--storage-options-file", metavar="FILE",
+                        help="storage options from a JSON or YAML mapping, under the config's namespace.storage "
+                             "(keeps secrets off the command line; also: $LANCEPART_STORAGE_OPTIONS, ${VAR})")
     args = parser.parse_args(argv)
-    return job_main("compact", lambda: run_compact(JobConfig.load(args.config)))
+    return job_main("compact", lambda: run_compact(JobConfig.load(args.config, args.storage_options_file)))
 
 
 if __name__ == "__main__":

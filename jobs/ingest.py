@@ -25,10 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="job config YAML (see configs/)")
     parser.add_argument("--batch-id", help="exactly-once id overriding the config's batch_id (Airflow passes one "
                                            "per logical date, so a retried task publishes once)")
+    parser.add_argument("--storage-options-file", metavar="FILE",
+                        help="storage options from a JSON or YAML mapping, under the config's namespace.storage "
+                             "(keeps secrets off the command line; also: $LANCEPART_STORAGE_OPTIONS, ${VAR})")
     args = parser.parse_args(argv)
 
     def run() -> dict:
-        cfg = JobConfig.load(args.config)
+        cfg = JobConfig.load(args.config, args.storage_options_file)
         if args.batch_id:
             cfg = dataclasses.replace(cfg, batch_id=args.batch_id)
         return run_ingest(cfg)

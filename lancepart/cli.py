@@ -51,6 +51,7 @@ from lancepart.errors import (
     LancepartError,
     SchemaMismatchError,
 )
+from lancepart.redact import redacting_output
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -113,47 +114,37 @@ def _positive_int(text: str, least: int = 1) -> int:
 
 # --------------------------------------------------------------------------- shared helpers
 def storage_options(args: argparse.Namespace, from_config: Mapping[str, str] | None = None) -> dict[str, str] | None:
-    """``$LANCEPART_STORAGE_OPTIONS`` (a JSON object), then the config's ``namespace.storage``,
-    then each ``--storage-option KEY=VALUE``; later ones win. Values are never echoed."""
-    merged: dict[str, str] = {}
-    env = os.environ.get(STORAGE_OPTIONS_ENV)
-    if env:
-        try:
-            obj = json.loads(env)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            raise UsageError(f"${STORAGE_OPTIONS_ENV} must be a JSON object of option names to values")
-        merged.update({str(k): str(v) for k, v in obj.items()})
+    """``$LANCEPART_STORAGE_OPTIONS`` (a JSON object), then ``--storage-options-file`` (a JSON or
+    YAML mapping), then the config's ``namespace.storage``, then each ``--storage-option
+    KEY=VALUE``; later ones win. ``${VAR}`` in a file value is the environment variable VAR.
+    Values are never echoed: the env variable and the file keep secrets out of ``ps``."""
+    from lancepart.config import storage_options_from_env, storage_options_from_file
+    from lancepart.redact import register
+
+    try:
+        merged: dict[str, str] = storage_options_from_env()
+    except LancepartError as e:
+        raise UsageError(str(e)) from None
+    path = getattr(args, "storage_options_file_sub", None) or getattr(args, "storage_options_file", None)
+    if path:
+        merged.update(storage_options_from_file(path))
     merged.update(from_config or {})
     for item in args.storage_option or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError("--storage-option needs KEY=VALUE (the value is not shown here)")
         merged[key.strip()] = value
+    register(merged)
     return merged or None
 
 
 def _read_config_namespace(path: str) -> tuple[str, dict[str, str]]:
-    """``namespace.root`` and ``namespace.storage`` of a job config (other sections are the jobs' business)."""
-    import yaml
+    """``namespace.root`` and ``namespace.storage`` of a job config, checked in full (an unknown
+    key such as ``storage_options:`` is an error, not credentials silently dropped)."""
+    from lancepart.config import JobConfig
 
-    from lancepart.errors import ConfigError
-
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
-    ns = data.get("namespace") if isinstance(data, Mapping) else None
-    if not isinstance(ns, Mapping) or not ns.get("root"):
-        raise ConfigError(f"{p}: namespace.root is required")
-    root = str(ns["root"])
-    if "://" not in root and not Path(root).is_absolute():
-        root = str(Path.cwd() / root)  # as JobConfig does: relative roots resolve against the cwd
-    return root, {str(k): str(v) for k, v in (ns.get("storage") or {}).items()}
+    nc = JobConfig.load(path, storage_env=False).namespace  # storage_options() adds the environment
+    return nc.root, dict(nc.storage_options)
 
 
 def _target(args: argparse.Namespace) -> tuple[str, dict[str, str] | None]:
@@ -225,7 +216,7 @@ def _cmd_create(args: argparse.Namespace) -> Any:
     if args.config:
         if args.schema or args.spec:
             raise UsageError("create: give either --config or --schema and --spec, not both")
-        cfg = JobConfig.load(args.config)
+        cfg = JobConfig.load(args.config, storage_env=False)
         nc = cfg.namespace
         if nc.schema is None or nc.spec is None:
             raise ConfigError(f"{args.config}: namespace.schema and namespace.spec are needed to create a namespace")
@@ -658,6 +649,10 @@ def _common(with_config: bool) -> argparse.ArgumentParser:
                    default=argparse.SUPPRESS,
                    help=f"a storage option for Lance (repeatable), merged over ${STORAGE_OPTIONS_ENV} "
                         "(a JSON object); values are never printed")
+    g.add_argument("--storage-options-file", dest="storage_options_file_sub", metavar="FILE",
+                   default=argparse.SUPPRESS,
+                   help="storage options for Lance from a JSON or YAML mapping (keeps secrets off the command "
+                        "line; ${VAR} in a value is the environment variable VAR)")
     g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress on stderr")
     g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="print a traceback on unexpected errors")
@@ -678,6 +673,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", default=False, help="print one JSON document on stdout")
     p.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
                    help="a storage option for Lance (repeatable)")
+    p.add_argument("--storage-options-file", metavar="FILE", default=None,
+                   help="storage options for Lance from a JSON or YAML mapping (keeps secrets off the command line)")
     p.add_argument("-q", "--quiet", action="store_true", default=False, help="no progress on stderr")
     p.add_argument("--debug", action="store_true", default=False, help="print a traceback on unexpected errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -815,6 +812,7 @@ def _fail(code: int, kind: str, message: str, as_json: bool) -> int:
     return code
 
 
+@redacting_output  # nothing it prints shows URL userinfo or a secret storage option value
 def main(argv: list[str] | None = None) -> int:
     """Run the ``lancepart`` command; returns the exit code.
 

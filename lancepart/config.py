@@ -7,6 +7,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import difflib
+import json
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +22,172 @@ import yaml
 
 from lancepart.errors import ConfigError, InvalidSpecError
 from lancepart.maintenance.compact import DEFAULT_DELETIONS_THRESHOLD, DEFAULT_MIN_SMALL_FRAGMENTS, DEFAULT_TARGET_ROWS
+from lancepart.redact import register as register_secrets
 from lancepart.spec import PartitionSpec, arrow_type_from_json
+
+#: The keys a job config may hold, section by section (free-form mappings are not listed: Lance
+#: storage options, Spark confs, reader options, expectations).
+KEYS: dict[str, frozenset[str]] = {
+    "": frozenset({"namespace", "source", "mode", "batch_id", "expectations", "spark", "compact"}),
+    "namespace": frozenset({"root", "storage", "schema", "spec"}),
+    "namespace.schema[]": frozenset({"name", "type", "nullable"}),
+    "namespace.spec": frozenset({"id", "fields"}),
+    "namespace.spec.fields[]": frozenset({"field_id", "source_ids", "transform", "expression", "result_type"}),
+    "source": frozenset({"kind", "path", "rows", "seed", "options"}),
+    "spark": frozenset({"app_name", "conf"}),
+    "compact": frozenset({"filter", "target_rows_per_fragment", "min_small_fragments",
+                          "materialize_deletions_threshold", "tables_per_task"}),
+}
+#: Storage options for every namespace a process opens, as a JSON object (kept off the command line).
+STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PLAIN_INT = re.compile(r"[1-9][0-9]*|0")
+
+
+def _section_name(where: str) -> str:
+    return "at the top level" if not where else f"in {where}"
+
+
+def _nearest(key: str, where: str) -> str:
+    """`` ; did you mean 'x'?`` for an unknown ``key`` in section ``where``: the closest valid key
+    there or, when closer, a valid key of another section (``storage_options`` at the top level
+    -> ``namespace.storage``)."""
+    def score(candidate: str) -> float:
+        return difflib.SequenceMatcher(None, key.lower(), candidate.lower()).ratio()
+
+    best: tuple[float, int, str] | None = None
+    for sec, keys in KEYS.items():
+        for k in keys:
+            shown = k if sec == where else f"{sec}.{k}".lstrip(".").replace("[].", "[i].")
+            cand = (score(k), sec == where, shown)  # a key of this section wins a tie
+            if best is None or cand[:2] > best[:2]:
+                best = cand
+    return f"; did you mean {best[2]!r}?" if best and best[0] >= 0.6 else ""
+
+
+def _check_keys(data: Mapping[str, Any], where: str, shown: str | None = None) -> None:
+    """Refuse a key of ``data`` that section ``where`` does not know, naming the key, where it
+    is and the nearest valid key."""
+    known = KEYS[where]
+    place = f"in {shown}" if shown else _section_name(where)
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"unknown key {str(key)!r} {place}{_nearest(str(key), where)} "
+                              f"(valid keys there: {', '.join(sorted(known))})")
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {type(value).__name__} {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], where: str, expected: str) -> Any:
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise ConfigError(f"{where} must be {expected}, got bool {value!r}")
+    if not isinstance(value, kind):
+        raise ConfigError(f"{where} must be {expected}, got {type(value).__name__} {_short(value)}")
+    return value
+
+
+def _storage_value(key: str, value: Any, where: str = "namespace.storage") -> str:
+    """One ``namespace.storage`` value as the string Lance expects; ``${VAR}`` is replaced by the
+    environment variable VAR (a missing one is an error naming the variable, never a value)."""
+    if isinstance(value, bool):
+        value = "true" if value else "false"  # Lance parses true/false; str(True) is "True"
+    elif isinstance(value, (int, float)):
+        value = str(value)
+    elif not isinstance(value, str):
+        raise ConfigError(f"{where}.{key} must be a string, number or bool, got {type(value).__name__}")
+
+    def sub(m: re.Match) -> str:
+        if m.group(1) not in os.environ:
+            raise ConfigError(f"{where}.{key} refers to ${{{m.group(1)}}}, which is not set in the "
+                              f"environment")
+        return os.environ[m.group(1)]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def storage_options_from_env() -> dict[str, str]:
+    """``$LANCEPART_STORAGE_OPTIONS``: a JSON object of Lance storage options (for example the
+    credentials a deployment injects), or ``{}``. Its values are never part of an error message."""
+    text = os.environ.get(STORAGE_OPTIONS_ENV)
+    if not text:
+        return {}
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"${STORAGE_OPTIONS_ENV} must be a JSON object of option names to values "
+                          f"(its content is not shown here)")
+    return {str(k): _storage_value(str(k), v, f"${STORAGE_OPTIONS_ENV}") for k, v in obj.items()}
+
+
+def storage_options_from_file(path: str | Path) -> dict[str, str]:
+    """Lance storage options from a JSON or YAML mapping in a file (``--storage-options-file``),
+    so that secrets stay off the command line; ``${VAR}`` in a value is the environment variable
+    VAR. Errors name the file and the key, never a value."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"storage options file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raise ConfigError(f"storage options file {p} is neither JSON nor YAML (its content is not shown here)") \
+            from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"storage options file {p} must hold a mapping of option names to values, "
+                          f"got {type(data).__name__}")
+    return {str(k): _storage_value(str(k), v, str(p)) for k, v in data.items()}
+
+
+def batch_id_value(value: Any, raw: str | None = None) -> str | None:
+    """A config's ``batch_id`` as a string. YAML reads an unquoted ``2025-12-01`` as a date and
+    ``20251201`` as an int: both become the text as written (``raw``, the YAML scalar; without
+    it a date's ISO form and an int's digits). Numbers YAML would read another way than they
+    look (``0123``, ``1e3``, ``1_000``, ``0x1f``, ``1.5``) and booleans are refused: quote them."""
+    if value is None or isinstance(value, str):
+        return value
+    text = raw if raw is not None else None
+    if isinstance(value, dt.datetime):  # before date: datetime is a date
+        if text is None:
+            raise ConfigError(f"batch_id {value!r} is a timestamp; give it as a quoted string")
+        return text
+    if isinstance(value, dt.date):
+        return text if text is not None else value.isoformat()
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = text if text is not None else str(value)
+        if _PLAIN_INT.fullmatch(text):
+            return text
+        raise ConfigError(f"batch_id {text} is read by YAML as the number {value}, not as the text written; "
+                          f"quote it: batch_id: \"{text}\"")
+    shown = text if text is not None else repr(value)
+    raise ConfigError(f"batch_id must be a string, got {type(value).__name__} {shown} (YAML reads it as "
+                      f"{value!r}); quote it: batch_id: \"{shown}\"")
+
+
+def _raw_batch_id(text: str) -> str | None:
+    """The text of a top-level ``batch_id:`` plain scalar exactly as written in the YAML."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.value == "batch_id" and isinstance(value, yaml.ScalarNode) \
+                and value.style is None:
+            return value.value
+    return None
 
 
 def _schema_from_config(items: Any) -> pa.Schema:
@@ -27,6 +197,9 @@ def _schema_from_config(items: Any) -> pa.Schema:
     for i, item in enumerate(items):
         if not isinstance(item, Mapping) or "name" not in item or "type" not in item:
             raise ConfigError(f"namespace.schema[{i}] needs 'name' and 'type'")
+        _check_keys(item, "namespace.schema[]", f"namespace.schema[{i}]")
+        if "nullable" in item:
+            _typed(item["nullable"], bool, f"namespace.schema[{i}].nullable", "true or false")
         t = item["type"]
         try:
             arrow_type = arrow_type_from_json(t if isinstance(t, Mapping) else {"type": str(t)})
@@ -70,10 +243,7 @@ class CompactConfig:
         if not isinstance(data, Mapping):
             raise ConfigError("compact must be a mapping of filter, target_rows_per_fragment, min_small_fragments, "
                               "materialize_deletions_threshold, tables_per_task")
-        known = {"filter", "target_rows_per_fragment", "min_small_fragments", "materialize_deletions_threshold",
-                 "tables_per_task"}
-        if unknown := sorted(set(data) - known):
-            raise ConfigError(f"unknown compact config keys: {unknown} (known: {sorted(known)})")
+        _check_keys(data, "compact")
         out: dict[str, Any] = {}
         for key, kind in (("target_rows_per_fragment", int), ("min_small_fragments", int),
                           ("materialize_deletions_threshold", float), ("tables_per_task", int)):
@@ -101,36 +271,84 @@ class JobConfig:
     compact: CompactConfig = field(default_factory=CompactConfig)
 
     @classmethod
-    def load(cls, path: str | Path) -> JobConfig:
+    def load(cls, path: str | Path, storage_options_file: str | Path | None = None,
+             storage_env: bool = True) -> JobConfig:
+        """The job config at ``path``; ``storage_options_file`` (a JSON or YAML mapping) adds
+        storage options under the config's own ``namespace.storage``. ``storage_env=False``:
+        without ``$LANCEPART_STORAGE_OPTIONS`` (the CLI merges it itself, in its own order)."""
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
+        text = p.read_text()
         try:
-            data = yaml.safe_load(p.read_text())
+            data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML: {e}") from None
-        return cls.from_dict(data or {}, base_dir=p.parent)
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{p}: a job config is a mapping of sections, got {type(data).__name__}")
+        if data.get("batch_id") is not None and not isinstance(data["batch_id"], str):
+            try:
+                data = {**data, "batch_id": batch_id_value(data["batch_id"], _raw_batch_id(text))}
+            except ConfigError as e:
+                raise ConfigError(f"{p}: {e}") from None
+        try:
+            defaults = storage_options_from_file(storage_options_file) if storage_options_file else None
+            return cls.from_dict(data, base_dir=p.parent, storage_defaults=defaults, storage_env=storage_env)
+        except ConfigError as e:
+            raise ConfigError(f"{p}: {e}") from None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None) -> JobConfig:
-        known = {"namespace", "source", "mode", "batch_id", "expectations", "spark", "compact"}
-        if unknown := sorted(set(data) - known):
-            raise ConfigError(f"unknown top-level config keys: {unknown} (known: {sorted(known)})")
+    def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None,
+                  storage_defaults: Mapping[str, str] | None = None, storage_env: bool = True) -> JobConfig:
+        """A config from its data. Storage options: ``$LANCEPART_STORAGE_OPTIONS`` (unless
+        ``storage_env`` is false), then ``storage_defaults``, then ``namespace.storage``; later
+        ones win."""
+        data = _mapping(data, "a job config")
+        _check_keys(data, "")
         ns = data.get("namespace")
         if not isinstance(ns, Mapping) or not ns.get("root"):
             raise ConfigError("namespace.root is required")
-        storage = {str(k): str(v) for k, v in (ns.get("storage") or {}).items()}
+        _check_keys(ns, "namespace")
+        _typed(ns["root"], str, "namespace.root", "a path or URI string")
+        storage = {**(storage_options_from_env() if storage_env else {}), **(storage_defaults or {}),
+                   **{str(k): _storage_value(str(k), v) for k, v in _mapping(ns.get("storage"), "namespace.storage")
+                      .items()}}
+        register_secrets(storage)  # no message of this process shows them
+        if ns.get("spec") is not None:
+            spec_data = _mapping(ns["spec"], "namespace.spec")
+            _check_keys(spec_data, "namespace.spec")
+            for i, f in enumerate(spec_data.get("fields") or []):
+                if isinstance(f, Mapping):
+                    _check_keys(f, "namespace.spec.fields[]", f"namespace.spec.fields[{i}]")
         try:
             spec = PartitionSpec.from_json(ns["spec"]) if ns.get("spec") is not None else None
         except InvalidSpecError as e:
             raise ConfigError(f"namespace.spec: {e}") from None
         schema = _schema_from_config(ns["schema"]) if ns.get("schema") is not None else None
-        src = dict(data.get("source") or {})
+        src = dict(_mapping(data.get("source"), "source"))
+        _check_keys(src, "source")
         if src.get("kind", "generate") not in ("generate", "parquet", "csv", "json"):
             raise ConfigError(f"source.kind must be generate, parquet, csv or json, got {src.get('kind')!r}")
+        if src.get("path") is not None:
+            _typed(src["path"], str, "source.path", "a path string")
+        for key in ("rows", "seed"):
+            if src.get(key) is not None:
+                _typed(src[key], int, f"source.{key}", "an integer")
+        _mapping(src.get("options"), "source.options")
         mode = data.get("mode", "append")
         if mode not in ("append", "overwrite"):
             raise ConfigError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+        expectations = data.get("expectations") or []
+        _typed(expectations, list, "expectations", "a list of expectations")
+        for i, item in enumerate(expectations):
+            _mapping(item, f"expectations[{i}]")  # their keys are checked by lancepart.quality
+        spark = dict(_mapping(data.get("spark"), "spark"))
+        _check_keys(spark, "spark")
+        if spark.get("app_name") is not None:
+            _typed(spark["app_name"], str, "spark.app_name", "a string")
+        _mapping(spark.get("conf"), "spark.conf")
         root = str(ns["root"])
         if base_dir is not None and "://" not in root and not Path(root).is_absolute():
             root = str(Path.cwd() / root)  # relative roots resolve against the cwd, like the API
@@ -140,8 +358,8 @@ class JobConfig:
                                 rows=int(src.get("rows", 100_000)), seed=int(src.get("seed", 42)),
                                 options=dict(src.get("options") or {})),
             mode=mode,
-            batch_id=data.get("batch_id"),
-            expectations=list(data.get("expectations") or []),
-            spark=dict(data.get("spark") or {}),
+            batch_id=batch_id_value(data.get("batch_id")),
+            expectations=list(expectations),
+            spark=spark,
             compact=CompactConfig.from_dict(data.get("compact")),
         )

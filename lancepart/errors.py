@@ -4,7 +4,14 @@ from __future__ import annotations
 
 
 class LancepartError(Exception):
-    """Base class of every error lancepart raises on purpose."""
+    """Base class of every error lancepart raises on purpose. Its message never shows a secret:
+    URL userinfo and the values of secret storage options are masked (:mod:`lancepart.redact`),
+    also when the message repeats a Lance error."""
+
+    def __init__(self, *args: object) -> None:
+        from lancepart.redact import redact
+
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class InvalidSpecError(LancepartError, ValueError):

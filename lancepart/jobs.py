@@ -6,16 +6,19 @@ import json
 import logging
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from lancepart.config import JobConfig
 from lancepart.errors import ConfigError, LancepartError, NamespaceNotFoundError
 from lancepart.namespace import PartitionedNamespace
+from lancepart.redact import redacting_output
 
 log = logging.getLogger("lancepart.jobs")
 
 
+@redacting_output  # nothing the job prints shows URL userinfo or a secret storage option value
 def job_main(name: str, run: Callable[[], dict[str, Any]]) -> int:
     """The body of a ``jobs/*.py`` entry point: run the job and print its JSON summary with
     ``job_seconds`` (exit code 0; 3 when the summary lists ``failures``, tables a maintenance run
@@ -29,6 +32,9 @@ def job_main(name: str, run: Callable[[], dict[str, Any]]) -> int:
     except LancepartError as e:
         print(f"{name} failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    except Exception:  # printed here, redacted, rather than by the interpreter after the streams are restored
+        traceback.print_exc()
+        return 1
     summary["job_seconds"] = round(time.monotonic() - started, 2)
     print(json.dumps(summary, indent=2, default=str))
     if summary.get("failures"):  # a maintenance run had to skip tables: done for the rest, not for those

@@ -42,6 +42,7 @@ from lancepart.errors import (
     NamespaceNotFoundError,
     StorageUnavailableError,
 )
+from lancepart.redact import register as register_secrets
 
 MANIFEST_DIR = "__manifest"
 
@@ -208,6 +209,7 @@ class Manifest:
     """Handle on ``<root>/__manifest``."""
 
     def __init__(self, root: str, storage_options: Mapping[str, str] | None = None) -> None:
+        register_secrets(storage_options)  # messages of this process never show them
         self.root = root
         self.uri = join_uri(root, MANIFEST_DIR)
         self.storage_options = dict(storage_options) if storage_options else None

@@ -443,6 +443,8 @@ class PartitionedNamespace:
         return result
 
     def __repr__(self) -> str:
-        return (f"PartitionedNamespace({self.root!r}, specs={sorted(self._specs)}, "
+        from lancepart.redact import redact  # a root's URL userinfo is never shown
+
+        return (f"PartitionedNamespace({redact(self.root)!r}, specs={sorted(self._specs)}, "
                 f"manifest_version={self._snapshot.version})")
 

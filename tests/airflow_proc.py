@@ -4,6 +4,7 @@ database at import, which must not leak into the test process or the repository)
     python tests/airflow_proc.py initdb OUT
     python tests/airflow_proc.py dagbag DAG_FOLDER OUT
     python tests/airflow_proc.py test DAG_FOLDER DAG_ID LOGICAL_DATE CONF_JSON RETRY_DELAY_S OUT
+    python tests/airflow_proc.py param SCHEMA_JSON VALUE_JSON OUT
 
 AIRFLOW_HOME and the rest of Airflow's configuration come from the environment. Each command
 writes one JSON document to OUT.
@@ -48,7 +49,10 @@ def run_test(folder: str, dag_id: str, logical_date: str, conf: dict, retry_dela
     for task in dag.tasks:  # same DAG, shorter wait between attempts
         task.retry_delay = timedelta(seconds=retry_delay_s)
         task.retry_exponential_backoff = False
-    run = dag.test(logical_date=datetime.fromisoformat(logical_date), run_conf=conf)
+    try:
+        run = dag.test(logical_date=datetime.fromisoformat(logical_date), run_conf=conf)
+    except Exception as e:  # a run refused before it started (e.g. a Param that does not validate)
+        return {"state": "not started", "error": f"{type(e).__name__}: {e}", "tasks": {}}
     from airflow.models import TaskInstance
     from airflow.utils.session import create_session
 
@@ -71,6 +75,16 @@ def main(argv: list[str]) -> int:
     elif cmd == "test":
         folder, dag_id, logical_date, conf, delay, out = rest
         result = run_test(folder, dag_id, logical_date, json.loads(conf), float(delay))
+    elif cmd == "param":  # does Airflow's Param accept VALUE under SCHEMA (type, pattern, ...)?
+        try:
+            from airflow.sdk import Param
+        except ImportError:
+            from airflow.models.param import Param
+        schema, value, out = json.loads(rest[0]), json.loads(rest[1]), rest[2]
+        try:
+            result = {"accepted": True, "value": Param(value, **schema).resolve()}
+        except Exception as e:
+            result = {"accepted": False, "error": f"{type(e).__name__}: {e}"}
     else:
         raise SystemExit(f"unknown command {cmd!r}")
     with open(out, "w") as f:

@@ -82,18 +82,20 @@ def test_dagbag_loads_both_dags(airflow_env):
     assert set(ingest["tasks"]) == {"ingest"}
     task = ingest["tasks"]["ingest"]
     assert task["retries"] >= 2 and task["retry_delay_s"] > 0
-    assert task["bash_command"].split("%}")[-1].startswith("set -f; ./spark-submit.sh jobs/ingest.py --config ")
-    assert "--batch-id" in task["bash_command"] and "logical_date" in task["bash_command"]
+    assert task["bash_command"].startswith("exec ./spark-submit.sh jobs/ingest.py --config=")
+    assert "--batch-id=" in task["bash_command"]
     assert task["cwd"] == str(REPO)
-    assert ingest["params"] == {"config": "configs/demo.yaml", "batch_id": None, "spark_args": ""}
+    assert ingest["params"] == {"config": "configs/demo.yaml", "batch_id": None}  # no spark_args any more
 
     maint = bag["dags"]["lancepart_maintenance"]
     assert maint["schedule"] == "@daily"
     assert set(maint["tasks"]) == {"compact", "cleanup"}
     assert maint["tasks"]["cleanup"]["upstream"] == ["compact"]
-    assert maint["tasks"]["compact"]["bash_command"].startswith("set -f; ./spark-submit.sh jobs/compact.py --config ")
+    assert maint["tasks"]["compact"]["bash_command"].startswith("exec ./spark-submit.sh jobs/compact.py --config=")
     assert Path(maint["tasks"]["cleanup"]["bash_command"].split()[0]).name == "lancepart"
-    assert " cleanup --config " in maint["tasks"]["cleanup"]["bash_command"]
+    assert " cleanup --config=" in maint["tasks"]["cleanup"]["bash_command"]
+    assert "allow-short-retention" not in maint["tasks"]["cleanup"]["bash_command"]
+    assert maint["params"] == {"config": "configs/compact-demo.yaml", "older_than": "7d"}
     assert all(t["retries"] >= 2 for t in maint["tasks"].values())
     assert (REPO / maint["params"]["config"]).is_file() and (REPO / ingest["params"]["config"]).is_file()
 
@@ -114,8 +116,8 @@ def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
     driver.write_text(f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; '
                       f'export LANCEPART_FAULT=after_manifest_commit:exit; fi\nexec "{sys.executable}" "$@"\n')
     driver.chmod(0o755)
-    run_env = {**env, "PYSPARK_DRIVER_PYTHON": str(driver)}
-    conf = {"config": str(config), "spark_args": "--master local[2]"}
+    run_env = {**env, "PYSPARK_DRIVER_PYTHON": str(driver), "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2]"}
+    conf = {"config": str(config)}
 
     run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE, json.dumps(conf), "1")
 
@@ -137,8 +139,9 @@ def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
 @pytest.mark.spark
 def test_maintenance_dag_compacts_then_cleans_up(airflow_env, tmp_path):
     """The maintenance DAG end to end: jobs/compact.py on Spark merges the small fragments of
-    three local ingests, then ``lancepart cleanup --older-than 0`` removes the superseded
-    versions; the published rows are unchanged (spec "Transaction"; CONTRACT.md maintenance)."""
+    three local ingests, then ``lancepart cleanup --older-than 1h`` (the smallest retention the
+    DAG asks for) keeps the versions that are younger than that; the published rows are
+    unchanged (spec "Transaction"; CONTRACT.md maintenance; issue 11 item 4)."""
     import pyarrow.parquet as pq
 
     from lancepart import PartitionedNamespace
@@ -159,20 +162,120 @@ def test_maintenance_dag_compacts_then_cleans_up(airflow_env, tmp_path):
         return json.loads(out.stdout)
 
     before = describe()
-    conf = {"config": str(config), "older_than": "0", "spark_args": "--master local[2]"}
-    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_maintenance", LOGICAL_DATE, json.dumps(conf), "1")
+    conf = {"config": str(config), "older_than": "1h"}
+    run_env = {**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2]"}
+    run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_maintenance", LOGICAL_DATE, json.dumps(conf),
+                   "1")
 
     assert run["state"] == "success", run
     assert {t: s["state"] for t, s in run["tasks"].items()} == {"compact": "success", "cleanup": "success"}
     after = describe()
     assert after["rows"] == before["rows"] == 1500
     assert after["manifest_version"] > before["manifest_version"]  # compaction published
-    assert all(t["versions"] == 1 for t in after["tables"])  # cleanup kept only the published version
-    assert after["bytes"] < before["bytes"]
+    assert all(t["versions"] >= 2 for t in after["tables"])  # nothing is an hour old: cleanup kept it all
     ns = PartitionedNamespace.open(root)
     assert sorted(ns.to_table(columns=["id"]).column("id").to_pylist()) == list(range(1500))
     frags = [len(lance_ds.get_fragments()) for lance_ds in _published(ns)]
     assert max(frags) == 1  # every partition rewritten into one fragment
+
+
+# The Param pattern the DAGs had for spark_args (issue 11 item 3), kept to show why a pattern is not enough.
+OLD_SPARK_ARGS_PATTERN = r"^[A-Za-z0-9_.,:=/@+\-\[\]\* ]*$"
+
+
+def test_airflow_param_pattern_lets_a_trailing_newline_through(airflow_env):
+    """Why the DAGs no longer take free-form spark-submit options (issue 11 item 3): Airflow
+    validates a Param with JSON schema, whose ``pattern`` is a Python ``re.search``, and ``$``
+    also matches before a final newline. So ``--master local[2]\\n`` passed the old pattern, and
+    the newline then ended the bash command before ``-- --batch-id ...``."""
+    env, home = airflow_env
+    schema = json.dumps({"type": "string", "pattern": OLD_SPARK_ARGS_PATTERN})
+    got = _airflow(env, home, "param", schema, json.dumps("--master local[2]\n"))
+    assert got == {"accepted": True, "value": "--master local[2]\n"}
+    assert not _airflow(env, home, "param", schema, json.dumps("--master x;y"))["accepted"]  # the pattern works
+
+
+def _refused(run: dict, log: str, task: str, reason: str) -> None:
+    assert run["state"] == "failed", run
+    assert run["tasks"][task] == {"state": "failed", "try_number": 1}, run  # not retried
+    assert reason in log, log[-3000:]
+
+
+@pytest.mark.parametrize("conf", [
+    {"spark_args": "--master local[2]\n"},
+    {"spark_args": "--master spark://203.0.113.9:7077 --conf spark.pyspark.python=/tmp/evil"},
+    {"master": "spark://203.0.113.9:7077"},
+], ids=["trailing-newline", "master-and-conf", "master-key"])
+def test_ingest_dag_refuses_spark_options_from_a_run(airflow_env, tmp_path, conf):
+    """Issue 11 item 3: a run chooses only ``config`` and ``batch_id``. ``spark_args`` with a
+    trailing newline (which used to cut ``--batch-id`` off the command: the task failed after
+    publishing and each of the 3 retries published again) and ``--master``/``--conf`` from a run
+    (storage credentials shipped to any cluster) fail the task before anything runs, without
+    retries: the namespace is never created."""
+    env, _ = airflow_env
+    root = tmp_path / "ns"
+    config = _demo_config(tmp_path, root)
+    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE,
+                   json.dumps({"config": str(config), **conf}), "1")
+    _refused(run, (tmp_path / "airflow-test.log").read_text(), "ingest", "are not accepted")
+    assert not root.exists()
+
+
+def test_ingest_dag_refuses_a_config_with_a_newline(airflow_env, tmp_path):
+    """A config path with a control character or that is not a file fails before anything runs."""
+    env, _ = airflow_env
+    config = _demo_config(tmp_path, tmp_path / "ns")
+    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE,
+                   json.dumps({"config": f"{config}\n"}), "1")
+    _refused(run, (tmp_path / "airflow-test.log").read_text(), "ingest", "control character")
+
+
+@pytest.mark.parametrize("older_than", ["0", "59m", "7d\n", "0h"])
+def test_maintenance_dag_refuses_retention_below_the_floor(airflow_env, tmp_path, older_than):
+    """Issue 11 item 4 (the DAG side): ``older_than`` below 1 hour (``0`` deleted published files
+    beside live writers) fails the run before compaction or cleanup runs, without retries; the
+    DAG never passes ``--allow-short-retention``."""
+    env, _ = airflow_env
+    root = tmp_path / "ns"
+    config = _demo_config(tmp_path, root)
+    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_maintenance", LOGICAL_DATE,
+                   json.dumps({"config": str(config), "older_than": older_than}), "1")
+    reason = "below the retention floor" if older_than in ("0", "59m", "0h") else "must be a duration"
+    _refused(run, (tmp_path / "airflow-test.log").read_text(), "compact", reason)
+    assert run["tasks"]["cleanup"]["state"] == "upstream_failed", run
+
+
+def test_maintenance_dag_refuses_spark_args(airflow_env, tmp_path):
+    """Issue 11 item 3: the maintenance DAG takes no spark-submit options from a run either."""
+    env, _ = airflow_env
+    config = _demo_config(tmp_path, tmp_path / "ns")
+    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_maintenance", LOGICAL_DATE,
+                   json.dumps({"config": str(config), "older_than": "7d", "spark_args": "--master local[2]"}), "1")
+    _refused(run, (tmp_path / "airflow-test.log").read_text(), "compact", "are not accepted")
+
+
+@pytest.mark.spark
+def test_ingest_dag_passes_any_batch_id_to_the_job_exactly(airflow_env, tmp_path):
+    """Issue 11 item 3: the batch id always reaches the job, whatever it holds: one that starts
+    with ``-`` (``--batch-id -x`` was read by the job as a missing value: exit 2 on every retry)
+    or holds shell syntax (it travels in an environment variable, never in the shell text). The
+    deployment's spark-submit options come from ``$LANCEPART_SPARK_SUBMIT_ARGS``."""
+    from lancepart import PartitionedNamespace
+    from lancepart.write.publish import committed_batch
+
+    env, _ = airflow_env
+    root, marker = tmp_path / "ns", tmp_path / "shell-ran"
+    config = _demo_config(tmp_path, root)
+    batch = f"-nightly;$(touch${{IFS}}{marker})*"
+    run_env = {**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
+    run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE,
+                   json.dumps({"config": str(config), "batch_id": batch}), "1")
+    assert run["state"] == "success", run
+    assert run["tasks"]["ingest"] == {"state": "success", "try_number": 1}, run
+    assert not marker.exists()
+    ns = PartitionedNamespace.open(root)
+    assert ns.to_table(columns=["id"]).num_rows == 2000
+    assert committed_batch(ns.snapshot(), batch) is not None
 
 
 def _published(ns):

@@ -29,7 +29,7 @@ def test_demo_config_parses():
     ("patch", "message"),
     [
         ({"mode": "upsert"}, "mode must be 'append' or 'overwrite'"),
-        ({"bogus": 1}, "unknown top-level config keys: ['bogus']"),
+        ({"bogus": 1}, "unknown key 'bogus' at the top level"),
         ({"namespace": {"root": ""}}, "namespace.root is required"),
         ({"source": {"kind": "xml"}}, "source.kind must be"),
         ({"namespace": {"root": "/x", "schema": [{"name": "a", "type": "nope"}]}}, "namespace.schema[0] (a)"),

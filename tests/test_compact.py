@@ -418,7 +418,7 @@ def test_spark_compaction_gives_the_same_result(template, tmp_path, spark):
 
 # --------------------------------------------------------------------------- job + config
 @pytest.mark.parametrize(("section", "message"), [
-    ({"bogus": 1}, "unknown compact config keys: ['bogus']"),
+    ({"bogus": 1}, "unknown key 'bogus' in compact"),
     ({"target_rows_per_fragment": 0}, "compact.target_rows_per_fragment must be a positive int"),
     ({"min_small_fragments": 2.5}, "compact.min_small_fragments must be a positive int"),
     ({"filter": 3}, "compact.filter must be a SQL string"),
