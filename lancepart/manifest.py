@@ -325,6 +325,22 @@ class Manifest:
         return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),
                                 fragment_ids=tuple(f.fragment_id for f in new.get_fragments()))
 
+    def protect(self, metadata: Mapping[str, str]) -> bool:
+        """Set lancepart's bit in the DirectoryNamespace writer flags of ``__manifest`` unless
+        ``metadata`` (its table metadata) already has it; whether a commit was made. Namespaces
+        created before the flag existed get it from their next publish or repair. Best effort: a
+        concurrent metadata commit makes Lance refuse this one, and the next publish tries again."""
+        flags = writer_flags_to_set(metadata)
+        if flags is None:
+            return False
+        try:
+            self.dataset().update_metadata({NAMESPACE_WRITER_FLAGS_KEY: str(flags)})
+        except OSError as e:
+            if not is_commit_conflict(e):
+                raise
+            return False
+        return True
+
     def restore(self, base: ManifestSnapshot, rows: pa.Table) -> ManifestSnapshot:
         """Replace the rows *and the schema* of ``base`` by ``rows`` in one commit (a Lance
         ``Overwrite``; the table metadata of ``base`` is kept), or raise :class:`ManifestConflict`
@@ -378,6 +394,17 @@ class Manifest:
             f"{what}: {max_retries + 1} attempts conflicted with concurrent commits to {self.uri}; "
             f"nothing was published"
         )
+
+
+def writer_flags_to_set(metadata: Mapping[str, str]) -> int | None:
+    """The DirectoryNamespace writer flags of ``metadata`` with lancepart's bit set, or None if it
+    is set already."""
+    raw = metadata.get(NAMESPACE_WRITER_FLAGS_KEY)
+    try:
+        current = int(raw) if raw is not None else 0
+    except ValueError:
+        current = 0  # unparsable: DirectoryNamespace refuses it already; replace with ours
+    return None if current & LANCEPART_WRITER_FLAG else current | LANCEPART_WRITER_FLAG
 
 
 def required_columns(metadata: Mapping[str, str]) -> list[str]:

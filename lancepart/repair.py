@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 
 from lancepart.errors import CommitConflictError, CorruptNamespaceError
 from lancepart.manifest import (
-    LANCEPART_WRITER_FLAG,
     NAMESPACE_WRITER_FLAGS_KEY,
     STANDARD_FIELDS,
     Manifest,
@@ -37,6 +36,7 @@ from lancepart.manifest import (
     check_columns,
     missing_columns,
     normalize_root,
+    writer_flags_to_set,
 )
 
 log = logging.getLogger("lancepart.repair")
@@ -78,16 +78,6 @@ def ensure_intact(root: str, storage_options: Mapping[str, str] | None = None) -
     manifest = Manifest(normalize_root(root), storage_options)
     ds = manifest.dataset()
     check_columns(ds.schema, ds.metadata, manifest.uri, ds.version)
-
-
-def _writer_flags(metadata: Mapping[str, str]) -> int | None:
-    """The DirectoryNamespace writer flags with lancepart's bit set, or None if already set."""
-    raw = metadata.get(NAMESPACE_WRITER_FLAGS_KEY)
-    try:
-        current = int(raw) if raw is not None else 0
-    except ValueError:
-        current = 0  # unparsable: DirectoryNamespace refuses it already; replace with ours
-    return None if current & LANCEPART_WRITER_FLAG else current | LANCEPART_WRITER_FLAG
 
 
 def _find_source(manifest: Manifest, current: lance.LanceDataset, metadata: Mapping[str, str]
@@ -142,7 +132,7 @@ def repair(manifest: Manifest, *, dry_run: bool = False, max_retries: int = 20) 
     for attempt in range(max_retries + 1):
         ds = manifest.dataset()
         metadata = dict(ds.metadata)
-        flags = _writer_flags(metadata)
+        flags = writer_flags_to_set(metadata)
         current = manifest.snapshot(ds.version, check=False)
         missing = missing_columns(ds.schema, metadata)
         if not missing and any(k.startswith("partition_spec_v") for k in metadata):

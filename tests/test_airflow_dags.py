@@ -261,7 +261,7 @@ def test_ingest_dag_passes_any_batch_id_to_the_job_exactly(airflow_env, tmp_path
     or holds shell syntax (it travels in an environment variable, never in the shell text). The
     deployment's spark-submit options come from ``$LANCEPART_SPARK_SUBMIT_ARGS``."""
     from lancepart import PartitionedNamespace
-    from lancepart.write.publish import committed_batch
+    from lancepart.write.batches import find_batch
 
     env, _ = airflow_env
     root, marker = tmp_path / "ns", tmp_path / "shell-ran"
@@ -275,7 +275,27 @@ def test_ingest_dag_passes_any_batch_id_to_the_job_exactly(airflow_env, tmp_path
     assert not marker.exists()
     ns = PartitionedNamespace.open(root)
     assert ns.to_table(columns=["id"]).num_rows == 2000
-    assert committed_batch(ns.snapshot(), batch) is not None
+    assert find_batch(ns.manifest, batch, ns.snapshot()) is not None
+
+
+@pytest.mark.spark
+def test_ingest_dag_with_a_non_ascii_config_name_publishes_once(airflow_env, tmp_path):
+    """Issue 11 item 1; spec "Transaction": the ingest DAG run twice for one logical date with a
+    config named ``ventes-été.yaml`` (its default batch id holds the name) publishes once."""
+    from tests.test_batch_ids import published_rows
+
+    env, _ = airflow_env
+    root = tmp_path / "ns"
+    config = _demo_config(tmp_path, root).rename(tmp_path / "ventes-été.yaml")
+    assert yaml.safe_load(config.read_text())["namespace"]["root"] == str(root)
+    run_env = {**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
+    for attempt in range(2):
+        run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE,
+                       json.dumps({"config": str(config)}), "1")
+        assert run["state"] == "success", run
+        assert published_rows(str(root)) == 2000, f"after run {attempt + 1}"
+    log_text = (tmp_path / "airflow-test.log").read_text()
+    assert log_text.count('"skipped": true') == 1 and log_text.count('"skipped": false') == 1
 
 
 def _published(ns):

@@ -264,43 +264,6 @@ def test_lookup_is_exact_among_many_indexed_ids(ns):
         assert batches.find_batch(ns.manifest, miss, snap) is None, miss
 
 
-@pytest.mark.spark
-def test_ingest_dag_with_a_non_ascii_config_name_publishes_once(tmp_path):
-    """Issue item 1; spec "Transaction": the ingest DAG run twice for one logical date with a
-    config named ``ventes-été.yaml`` (its default batch id holds the name) publishes once."""
-    pytest.importorskip("airflow")
-    import yaml
-
-    from tests.test_airflow_dags import DAGS, LOGICAL_DATE, _airflow, _demo_config
-
-    env, _ = _airflow_env(tmp_path)
-    root = tmp_path / "ns"
-    config = _demo_config(tmp_path, root).rename(tmp_path / "ventes-été.yaml")
-    assert yaml.safe_load(config.read_text())["namespace"]["root"] == str(root)
-    conf = {"config": str(config), "spark_args": "--master local[2]"}
-    for attempt in range(2):
-        run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE, json.dumps(conf), "1")
-        assert run["state"] == "success", run
-        assert published_rows(str(root)) == 2000, f"after run {attempt + 1}"
-    log_text = (tmp_path / "airflow-test.log").read_text()
-    assert log_text.count('"skipped": true') == 1 and log_text.count('"skipped": false') == 1
-
-
-def _airflow_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    from tests.test_airflow_dags import DAGS, _airflow
-
-    home = tmp_path / "airflow_home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "LANCEPART_FAULT"))}
-    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(REPO), "PYTHONUTF8": "1"})
-    env.setdefault("LANCEPART_PYTHON", sys.executable)  # a checkout without its own .venv
-    _airflow(env, home, "initdb", timeout=120)
-    return env, home
-
-
 def test_first_batch_id_after_a_cleanup_without_index(ns):
     """Issue item 2: a namespace that never used batch ids gets no index from cleanup, and its
     first lookup starts at the oldest ``__manifest`` version cleanup left (older transactions are

@@ -114,6 +114,22 @@ def test_directory_namespace_refuses_to_rewrite_manifest(two_days, op):
     assert len(PartitionedNamespace.open(root).to_table()) == 5
 
 
+def test_next_publish_protects_a_namespace_created_before_the_flag(two_days):
+    """Issue 11 item 6: a namespace created before lancepart set the DirectoryNamespace writer
+    flag is protected from its next publish on, without a repair: Lance's DirectoryNamespace is
+    refused afterwards and ``__manifest`` keeps its columns."""
+    root = two_days.root
+    unguard(root)
+    assert NAMESPACE_WRITER_FLAGS_KEY not in manifest_ds(root).metadata
+    two_days.write(rows([5], [D10], ["US"]))
+    assert NAMESPACE_WRITER_FLAGS_KEY in manifest_ds(root).metadata
+    before = manifest_ds(root).version
+    with pytest.raises(Exception, match="writer feature flags"):
+        foreign_op(root, "create_table")
+    assert manifest_ds(root).version == before
+    assert len(PartitionedNamespace.open(root).to_table()) == 5
+
+
 @pytest.mark.parametrize("op", FOREIGN_OPS)
 def test_stripped_manifest_typed_error_cleanup_refused_and_repaired(two_days, op, capsys):
     """Issue 11 item 6 / spec partitioning.md "Manifest Table Schema": a namespace without the

@@ -135,6 +135,7 @@ def publish(
         faults.checkpoint("after_manifest_commit")
         if batch_id is not None or batches.index_exists(manifest):
             batches.index_quietly(manifest, snap.version)
+        manifest.protect(snap.metadata)  # older namespaces: from now on DirectoryNamespace may not rewrite it
     result = CommitResult(
         manifest_version=snap.version,
         rows_written=0 if skip is not None else sum(w.rows for w in writes),
