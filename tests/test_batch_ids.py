@@ -275,3 +275,37 @@ def test_first_batch_id_after_a_cleanup_without_index(ns):
     assert not ns.write(demo_events(10, seed=7, start_id=100), batch_id="première").skipped
     assert ns.write(demo_events(10, seed=7, start_id=100), batch_id="première").skipped
     assert published_rows(ns.root) == 40
+
+
+def test_index_watermark_moves_beside_concurrent_indexers(ns):
+    """Issue item 2, found by the maintenance race: every publish moves the index watermark, so a
+    cleanup's catch-up (``prepare_for_cleanup``) and writers' catch-ups commit metadata at the
+    same moment; Lance refuses the later of two such commits. The catch-up retries instead of
+    failing the cleanup. Four threads catch up while a writer publishes under batch ids."""
+    import threading
+
+    ns.write(demo_events(5, seed=1, start_id=0), batch_id="seed-é")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def catch_up() -> None:
+        while not stop.is_set():
+            try:
+                batches.index_batches(ns.manifest)
+            except BaseException as e:
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=catch_up) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(25):
+            ns.write(demo_events(5, seed=i, start_id=10 * (i + 1)), batch_id=f"lot-{i}-é")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+    assert batches.index_batches(ns.manifest) == ns.manifest.dataset().version
+    assert all(batches.find_batch(ns.manifest, f"lot-{i}-é", ns.manifest.snapshot()) for i in range(25))

@@ -34,21 +34,22 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart.durations import parse_duration
 from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
-from lancepart.manifest import Manifest, ManifestSnapshot, commit_lock, is_commit_conflict, join_uri
+from lancepart.manifest import Manifest, ManifestSnapshot, backoff, commit_lock, is_commit_conflict, join_uri
 from lancepart.parallel import map_threads
 
 log = logging.getLogger("lancepart.write")
+T = TypeVar("T")
 
 BATCH_ID_PROPERTY = "lancepart.batch_id"  # transaction property of the publishing __manifest commit
 COMMITTED_AT_PROPERTY = "lancepart.committed_at"  # ISO 8601 UTC, the writer's clock at publish
@@ -66,9 +67,6 @@ INDEX_SCHEMA = pa.schema([
 COMPACT_AT_FRAGMENTS = 16  # the index is compacted (and its BTREE refreshed) beyond this many fragments
 _PARALLEL_READS = 8  # transaction files read on threads beyond this many
 
-_UNITS = {"s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60, "minutes": 60,
-          "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
 
 
 @dataclass(frozen=True)
@@ -119,11 +117,10 @@ def parse_retention(value: str) -> timedelta:
     >>> parse_retention("30 days")
     datetime.timedelta(days=30)
     """
-    m = _DURATION.match(str(value).lower())
-    if not m or m.group(2) not in ("", *_UNITS):
-        raise InvalidArgumentError(f"{RETENTION_PROPERTY} must be a duration such as '30 days', '12 hours' or a "
-                                   f"number of seconds, got {value!r}")
-    return timedelta(seconds=float(m.group(1)) * _UNITS.get(m.group(2), 1))
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise InvalidArgumentError(f"{RETENTION_PROPERTY}: {e}") from None
 
 
 def batch_id_retention(root_properties: Mapping[str, str]) -> timedelta:
@@ -317,12 +314,29 @@ def index_batches(manifest: Manifest, upto: int | None = None) -> int:
                 ds = lance.write_dataset(rows, ds, mode="append", storage_options=so, commit_lock=lock)
     elif rows.num_rows:
         ds = lance.write_dataset(rows, ds, mode="append", storage_options=so, commit_lock=lock)
-    latest = _open_index(manifest)
-    if latest is not None and _watermark(latest) < upto:  # another indexer may have gone further meanwhile
-        latest.update_metadata({WATERMARK_KEY: str(upto)})
+    def move_watermark() -> lance.LanceDataset | None:
+        latest = _open_index(manifest)
+        if latest is not None and _watermark(latest) < upto:  # another indexer may have gone further meanwhile
+            latest.update_metadata({WATERMARK_KEY: str(upto)})
+        return latest
+
+    latest = _on_conflict_retry(move_watermark)  # every publish moves it: concurrent moves are the rule
     if latest is not None and len(latest.get_fragments()) > COMPACT_AT_FRAGMENTS:
         _compact(latest)
     return upto
+
+
+def _on_conflict_retry(fn: Callable[[], T], attempts: int = 20) -> T:
+    """``fn()``, again (after a backoff, on a fresh handle it opens itself) while Lance refuses its
+    commit for a concurrent one; the last conflict is raised."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except (OSError, ValueError) as e:
+            if not is_commit_conflict(e) or attempt == attempts - 1:
+                raise
+            backoff(attempt, 0.01, 0.5)
+    raise AssertionError("not reached")
 
 
 def index_quietly(manifest: Manifest, upto: int) -> None:
@@ -367,7 +381,7 @@ def prepare_for_cleanup(manifest: Manifest, *, dry_run: bool = False, now: datet
     expired = pc.field("committed_at") < cutoff
     n = ds.count_rows(filter=expired)
     if n:
-        ds.delete(expired)
+        _on_conflict_retry(lambda: (_open_index(manifest) or ds).delete(expired))  # beside publishes' appends
         log.info("batch id index of %s: %d ids older than the retention removed", manifest.root, n)
         _compact(_open_index(manifest) or ds)
     return n
