@@ -36,7 +36,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
 import time
 import traceback
@@ -45,6 +44,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lancepart import durations
 from lancepart.errors import (
     CommitConflictError,
     InvalidArgumentError,
@@ -66,8 +66,6 @@ _EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "
                ".jsonl": "json", ".ndjson": "json", ".arrow": "ipc", ".arrows": "ipc", ".ipc": "ipc",
                ".feather": "ipc"}
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(w|d|h|m|s)")
-_UNITS = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 
 
 class UsageError(Exception):
@@ -76,20 +74,15 @@ class UsageError(Exception):
 
 # --------------------------------------------------------------------------- argument types
 def parse_duration(text: str) -> timedelta:
-    """``7d``, ``36h``, ``90m``, ``45s``, ``2w``, ``1d12h`` or ``0`` -> timedelta.
+    """``7d``, ``36h``, ``90m``, ``45s``, ``2w``, ``1d12h`` or ``0`` -> timedelta (an argparse type).
 
     >>> parse_duration("1d12h")
     datetime.timedelta(days=1, seconds=43200)
     """
-    s = text.strip().lower()
-    if s == "0":
-        return timedelta(0)
-    if not s or _DURATION.sub("", s):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 7d, 36h, 90m, 45s, 2w or 1d12h")
-    total = timedelta(0)
-    for number, unit in _DURATION.findall(s):
-        total += timedelta(**{_UNITS[unit]: float(number)})
-    return total
+    try:
+        return durations.parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def format_duration(d: timedelta) -> str:

@@ -130,6 +130,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.file import LanceFileSession
 
+from lancepart.durations import parse_duration
 from lancepart.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -197,30 +198,17 @@ class _Tally:
         self.errors.append(f"{name}: {why}")
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(w|d|h|m|s)")
-_UNITS = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
-
-
 def parse_retention(value: Any) -> timedelta:
-    """A retention given as seconds (``3600``, ``"3600"``) or a duration (``"6h"``, ``"1d12h"``).
+    """The retention floor property as a timedelta (:func:`lancepart.durations.parse_duration`);
+    :class:`ConfigError` naming the key when it cannot be read.
 
     >>> parse_retention("1d12h")
     datetime.timedelta(days=1, seconds=43200)
     """
-    if isinstance(value, timedelta):
-        return value
-    text = str(value).strip().lower()
     try:
-        return timedelta(seconds=float(text))
-    except ValueError:
-        pass
-    if not text or _DURATION.sub("", text):
-        raise ConfigError(f"{RETENTION_FLOOR_KEY}: {value!r} is neither a number of seconds nor a duration "
-                          f"like 6h, 2d or 1d12h")
-    total = timedelta(0)
-    for number, unit in _DURATION.findall(text):
-        total += timedelta(**{_UNITS[unit]: float(number)})
-    return total
+        return parse_duration(value)
+    except ValueError as e:
+        raise ConfigError(f"{RETENTION_FLOOR_KEY}: {e}") from None
 
 
 def retention_floor(metadata: Mapping[str, str]) -> timedelta:
