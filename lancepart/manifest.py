@@ -1,7 +1,7 @@
 """The ``__manifest`` Lance table: read a snapshot, evolve its columns, commit atomically.
 
 Spec: spec/directory-namespace.md "V2: Manifest" and spec/partitioning.md "Manifest Table
-Schema" / "Transaction"; DESIGN-NOTES §6, §7, §8.
+Schema" / "Transaction"; docs/decisions.md §6, §7, §8.
 
 Every lancepart commit rewrites the whole table as one Lance ``Update`` that removes every
 fragment of the snapshot it was computed from, against that snapshot's version. Two such
@@ -55,7 +55,7 @@ STANDARD_FIELDS: tuple[pa.Field, ...] = (
     pa.field("metadata", pa.utf8()),
     pa.field("base_objects", pa.list_(pa.field("object_id", pa.utf8()))),
 )
-# DESIGN-NOTES §7: the transaction columns follow the standard ones.
+# docs/decisions.md §7: the transaction columns follow the standard ones.
 VERSION_FIELDS: tuple[pa.Field, ...] = (
     pa.field("read_version", pa.uint64()),
     pa.field("read_branch", pa.utf8()),

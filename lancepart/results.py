@@ -1,4 +1,4 @@
-"""Plain result records returned by the public API (CONTRACT.md)."""
+"""Plain result records returned by the public API (README "Using it")."""
 
 from __future__ import annotations
 

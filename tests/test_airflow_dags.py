@@ -1,6 +1,6 @@
 """airflow_dags/ in a real Airflow: a DagBag, and ``dag.test()`` runs that call the real
-``./spark-submit.sh jobs/*.py`` and ``lancepart`` commands (CONTRACT.md "Command line and
-jobs": the DAGs call exactly those commands).
+``./spark-submit.sh jobs/*.py`` and ``lancepart`` commands (README "Command line":
+the DAGs call exactly those commands).
 
 Airflow runs in subprocesses (tests/airflow_proc.py) with AIRFLOW_HOME and its sqlite
 database in a temporary directory, so no Airflow state reaches this process or the repository.
@@ -141,7 +141,7 @@ def test_maintenance_dag_compacts_then_cleans_up(airflow_env, tmp_path):
     """The maintenance DAG end to end: jobs/compact.py on Spark merges the small fragments of
     three local ingests, then ``lancepart cleanup --older-than 1h`` (the smallest retention the
     DAG asks for) keeps the versions that are younger than that; the published rows are
-    unchanged (spec "Transaction"; CONTRACT.md maintenance; issue 11 item 4)."""
+    unchanged (spec "Transaction"; README "Compaction" and "Cleanup"; issue 11 item 4)."""
     import pyarrow.parquet as pq
 
     from lancepart import PartitionedNamespace

@@ -1,4 +1,4 @@
-"""The ``lancepart`` console script, run as a real process (CONTRACT.md "Command line and jobs").
+"""The ``lancepart`` console script, run as a real process (README "Command line").
 
 Round trip create -> ingest -> describe -> compact -> cleanup -> partitions/explain on a real
 namespace, the exit codes scripts rely on (0 ok, 1 unexpected, 2 lancepart error, 64 usage,

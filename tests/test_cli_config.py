@@ -1,4 +1,4 @@
-"""The `lancepart` command and job configs (CONTRACT.md "Command line and jobs")."""
+"""The `lancepart` command and job configs (README "Command line")."""
 
 from __future__ import annotations
 

@@ -204,7 +204,7 @@ def test_hostile_string_partition_values(root):
 
 # --------------------------------------------------------------------------- timestamps at the int64 limits
 LIMITS = [-(2**63), -(2**63) + 1, 2**63 - 1, 0, None]
-# date_part of each LIMITS value, as DataFusion computes it (DESIGN-NOTES §3). timestamp[ns] spans
+# date_part of each LIMITS value, as DataFusion computes it (docs/decisions.md §3). timestamp[ns] spans
 # 1677-09-21 00:12:43 .. 2262-04-11 23:47:16; timestamp[us] at +-2^63 is ~ +-292 000 years, beyond
 # chrono's range, where DataFusion's date_part is NULL.
 EXPECTED_PARTS = {

@@ -1,5 +1,5 @@
-"""jobs/ingest.py end to end: config -> namespace -> Spark write -> one publish (CONTRACT.md
-"Command line and jobs"). Runs the job function in-process on the shared local[2] session,
+"""jobs/ingest.py end to end: config -> namespace -> Spark write -> one publish (README
+"Command line"). Runs the job function in-process on the shared local[2] session,
 and the real ./spark-submit.sh once."""
 
 from __future__ import annotations

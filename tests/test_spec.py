@@ -38,7 +38,7 @@ def test_appendix_a_field_accessors(appendix_a):
 
 
 def test_contract_constructor_forms():
-    """CONTRACT.md: PartitionField(field_id=..., source_ids=..., transform=..., result_type=...) or expression=."""
+    """The public API: PartitionField(field_id=..., source_ids=..., transform=..., result_type=...) or expression=."""
     b = PartitionField(field_id="b", source_ids=[0], transform={"type": "bucket", "num_buckets": 8},
                        result_type={"type": "int32"})
     assert b.to_json() == {"field_id": "b", "source_ids": [0], "transform": {"type": "bucket", "num_buckets": 8},

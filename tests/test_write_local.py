@@ -1,5 +1,5 @@
 """In-process write path: spec/partitioning.md "Transaction" (multi-partition commit, conflict
-resolution) and DESIGN-NOTES §8 (write protocol and its hazards), with real Lance tables
+resolution) and docs/decisions.md §8 (write protocol and its hazards), with real Lance tables
 and real concurrent processes."""
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The engine-agnostic write path: plan -> reserve -> write fragments -> commit (DESIGN-NOTES §8)."""
+"""The engine-agnostic write path: plan -> reserve -> write fragments -> commit (docs/decisions.md §8)."""

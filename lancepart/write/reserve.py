@@ -1,10 +1,10 @@
-"""Reserve partitions: namespace rows, table rows and empty tables (DESIGN-NOTES §8, step 2).
+"""Reserve partitions: namespace rows, table rows and empty tables (docs/decisions.md §8, step 2).
 
 A new partition gets its namespace rows (one per level), its table row with a fresh
 ``<hash>_<object_id>`` location and an empty Lance table whose version is pinned as
 ``read_version`` (never NULL), all in one ``__manifest`` commit. The empty table is
 created *before* the commit so a published row never points at nothing. Object ids are
-deterministic (DESIGN-NOTES §4): two writers reserving the same partition collide on
+deterministic (docs/decisions.md §4): two writers reserving the same partition collide on
 ``object_id``; the loser's commit conflicts, it reloads, finds the winner's row, adopts
 it and deletes its own unused empty table.
 """
