@@ -14,79 +14,38 @@ and the job config's ``spark:`` section. Any other run parameter (``spark_args``
 fails the task before anything runs, without retries. The run's values reach the command
 through environment variables, never through the shell text or a template.
 
-Parse-time cost: standard library and Airflow only; lancepart is imported by the job.
+Parse-time cost: standard library and Airflow only; lancepart is imported by the job. What both
+lancepart DAGs share is in ``lancepart_common.py`` beside this file.
 """
 
 from __future__ import annotations
 
-import os
-import shlex
+import sys
 from datetime import timedelta
 from pathlib import Path
 
 import pendulum
 
-try:  # Airflow 3
-    from airflow.providers.standard.operators.bash import BashOperator
-    from airflow.sdk import DAG, Param
-    from airflow.sdk.exceptions import AirflowFailException
-except ImportError:  # Airflow 2.x
-    from airflow import DAG
-    from airflow.exceptions import AirflowFailException
-    from airflow.models.param import Param
-    from airflow.operators.bash import BashOperator
+# lancepart_common.py is beside this file. Airflow's own parsers (DAG processor, task runner, `airflow dags
+# test`) put the DAGs folder on sys.path, but a plain DagBag (`airflow dags list --local`, a DAG test suite)
+# and a bundle rooted above this folder do not: add it here, at the end of sys.path.
+if (_dags_folder := str(Path(__file__).resolve().parent)) not in sys.path:
+    sys.path.append(_dags_folder)
 
-# The checkout holding spark-submit.sh, jobs/ and configs/: $LANCEPART_HOME, else this file's parent folder.
-PROJECT_DIR = os.environ.get("LANCEPART_HOME") or str(Path(__file__).resolve().parents[1])
-# spark-submit options of the deployment (shell words), read on the worker when the task runs.
-SPARK_SUBMIT_ARGS_ENV = "LANCEPART_SPARK_SUBMIT_ARGS"
-# When set, a run's config must be a file inside this directory (symlinks resolved).
-CONFIG_DIR_ENV = "LANCEPART_CONFIG_DIR"
+from lancepart_common import (
+    DAG,
+    SPARK_SUBMIT_ARGS_ENV,
+    LancepartCommand,
+    Param,
+    check_config,
+    check_run_conf,
+    refuse,
+    with_deployment_spark_args,
+)
+
 RUN_PARAMS = ("config", "batch_id")
 COMMAND = ('exec ./spark-submit.sh jobs/ingest.py --config="$LANCEPART_RUN_CONFIG" '
            '--batch-id="$LANCEPART_RUN_BATCH_ID"')
-
-
-def refuse(message: str):
-    """Fail the task now, before any command runs, and without retries (a bad run parameter
-    stays bad on every attempt)."""
-    raise AirflowFailException(message)
-
-
-def deployment_spark_args() -> list[str]:
-    """``$LANCEPART_SPARK_SUBMIT_ARGS`` split into shell words (never from a run parameter)."""
-    text = os.environ.get(SPARK_SUBMIT_ARGS_ENV, "")
-    try:
-        return shlex.split(text)
-    except ValueError as e:
-        refuse(f"${SPARK_SUBMIT_ARGS_ENV} is not a list of shell words: {e}")
-    return []  # not reached
-
-
-def check_run_conf(context, allowed: tuple[str, ...]) -> None:
-    """Refuse run parameters other than ``allowed`` (``spark_args``, ``master``, ...)."""
-    dag_run = context.get("dag_run")
-    conf = getattr(dag_run, "conf", None) or {}
-    if unknown := sorted(set(conf) - set(allowed)):
-        refuse(f"run parameter(s) {unknown} are not accepted: a run chooses only {list(allowed)}; the Spark "
-               f"master and confs come from the deployment (${SPARK_SUBMIT_ARGS_ENV} on the worker, the job "
-               f"config's spark: section)")
-
-
-def check_config(value) -> str:
-    """The run's ``config``: a path (relative to the project directory) of an existing file,
-    inside ``$LANCEPART_CONFIG_DIR`` when that is set. Returned as given."""
-    if not isinstance(value, str) or not value.strip():
-        refuse(f"config must be a non-empty path, got {value!r}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        refuse(f"config {value!r} contains a control character (a newline, tab, ...)")
-    path = (Path(PROJECT_DIR) / value).resolve()
-    if not path.is_file():
-        refuse(f"config {value!r} is not a file (relative paths are taken from {PROJECT_DIR})")
-    if config_dir := os.environ.get(CONFIG_DIR_ENV):
-        if not path.is_relative_to(Path(config_dir).resolve()):
-            refuse(f"config {value!r} is outside ${CONFIG_DIR_ENV} ({config_dir})")
-    return value
 
 
 def check_batch_id(value) -> str | None:
@@ -99,23 +58,6 @@ def check_batch_id(value) -> str | None:
     return value
 
 
-class LancepartCommand(BashOperator):
-    """A BashOperator whose command is built when the task runs, from validated run parameters.
-    Nothing a run chooses is rendered as a template or parsed by the shell: ``build(context)``
-    returns the command (fixed text plus the deployment's quoted words) and the environment
-    variables that carry the run's values."""
-
-    template_fields = ()
-
-    def __init__(self, *, build, **kwargs) -> None:
-        super().__init__(append_env=True, **kwargs)
-        self.build = build
-
-    def execute(self, context):
-        self.bash_command, self.env = self.build(context)
-        return super().execute(context)
-
-
 def ingest_command(context) -> tuple[str, dict[str, str]]:
     check_run_conf(context, RUN_PARAMS)
     params = context["params"]
@@ -125,8 +67,7 @@ def ingest_command(context) -> tuple[str, dict[str, str]]:
         logical_date = context.get("logical_date")
         when = logical_date.isoformat() if logical_date else context["run_id"]
         batch = f"lancepart_ingest:{config}:{when}"
-    command = " ".join([COMMAND, *map(shlex.quote, deployment_spark_args())])
-    return command, {"LANCEPART_RUN_CONFIG": config, "LANCEPART_RUN_BATCH_ID": batch}
+    return with_deployment_spark_args(COMMAND), {"LANCEPART_RUN_CONFIG": config, "LANCEPART_RUN_BATCH_ID": batch}
 
 
 with DAG(
@@ -155,6 +96,4 @@ with DAG(
         task_id="ingest",
         build=ingest_command,
         bash_command=COMMAND + f" ${SPARK_SUBMIT_ARGS_ENV}",  # shown in the UI; the real one is built at run time
-        cwd=PROJECT_DIR,
-        do_xcom_push=False,
     )

@@ -16,7 +16,8 @@ runs, and the DAG never passes ``--allow-short-retention``. A run chooses only `
 and ``older_than``; the Spark master and confs come from the deployment
 (``$LANCEPART_SPARK_SUBMIT_ARGS`` on the worker, the job config's ``spark:`` section).
 
-Parse-time cost: standard library and Airflow only; lancepart is imported by the commands.
+Parse-time cost: standard library and Airflow only; lancepart is imported by the commands. What
+both lancepart DAGs share is in ``lancepart_common.py`` beside this file.
 """
 
 from __future__ import annotations
@@ -31,26 +32,27 @@ from pathlib import Path
 
 import pendulum
 
-try:  # Airflow 3
-    from airflow.providers.standard.operators.bash import BashOperator
-    from airflow.sdk import DAG, Param
-    from airflow.sdk.exceptions import AirflowFailException
-except ImportError:  # Airflow 2.x
-    from airflow import DAG
-    from airflow.exceptions import AirflowFailException
-    from airflow.models.param import Param
-    from airflow.operators.bash import BashOperator
+# lancepart_common.py is beside this file. Airflow's own parsers (DAG processor, task runner, `airflow dags
+# test`) put the DAGs folder on sys.path, but a plain DagBag (`airflow dags list --local`, a DAG test suite)
+# and a bundle rooted above this folder do not: add it here, at the end of sys.path.
+if (_dags_folder := str(Path(__file__).resolve().parent)) not in sys.path:
+    sys.path.append(_dags_folder)
 
-# The checkout holding spark-submit.sh, jobs/ and configs/: $LANCEPART_HOME, else this file's parent folder.
-PROJECT_DIR = os.environ.get("LANCEPART_HOME") or str(Path(__file__).resolve().parents[1])
+from lancepart_common import (
+    DAG,
+    SPARK_SUBMIT_ARGS_ENV,
+    LancepartCommand,
+    Param,
+    check_config,
+    check_run_conf,
+    refuse,
+    with_deployment_spark_args,
+)
+
 # The `lancepart` console script: $LANCEPART_CLI, else the one installed beside this Python, else PATH.
 _beside = Path(sys.executable).with_name("lancepart")
 LANCEPART_CLI = (os.environ.get("LANCEPART_CLI") or (str(_beside) if _beside.exists() else None)
                  or shutil.which("lancepart") or "lancepart")
-# spark-submit options of the deployment (shell words), read on the worker when the task runs.
-SPARK_SUBMIT_ARGS_ENV = "LANCEPART_SPARK_SUBMIT_ARGS"
-# When set, a run's config must be a file inside this directory (symlinks resolved).
-CONFIG_DIR_ENV = "LANCEPART_CONFIG_DIR"
 RUN_PARAMS = ("config", "older_than")
 # The smallest cleanup retention this DAG asks for (lancepart's own floor is the same by default).
 MIN_RETENTION = timedelta(hours=1)
@@ -59,46 +61,6 @@ _UNITS = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds
 COMPACT = 'exec ./spark-submit.sh jobs/compact.py --config="$LANCEPART_RUN_CONFIG"'
 CLEANUP = (shlex.quote(LANCEPART_CLI) + ' cleanup --config="$LANCEPART_RUN_CONFIG" '
            '--older-than="$LANCEPART_RUN_OLDER_THAN"')
-
-
-def refuse(message: str):
-    """Fail the task now, before any command runs, and without retries (a bad run parameter
-    stays bad on every attempt)."""
-    raise AirflowFailException(message)
-
-
-def deployment_spark_args() -> list[str]:
-    """``$LANCEPART_SPARK_SUBMIT_ARGS`` split into shell words (never from a run parameter)."""
-    try:
-        return shlex.split(os.environ.get(SPARK_SUBMIT_ARGS_ENV, ""))
-    except ValueError as e:
-        refuse(f"${SPARK_SUBMIT_ARGS_ENV} is not a list of shell words: {e}")
-    return []  # not reached
-
-
-def check_run_conf(context, allowed: tuple[str, ...]) -> None:
-    """Refuse run parameters other than ``allowed`` (``spark_args``, ``master``, ...)."""
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    if unknown := sorted(set(conf) - set(allowed)):
-        refuse(f"run parameter(s) {unknown} are not accepted: a run chooses only {list(allowed)}; the Spark "
-               f"master and confs come from the deployment (${SPARK_SUBMIT_ARGS_ENV} on the worker, the job "
-               f"config's spark: section)")
-
-
-def check_config(value) -> str:
-    """The run's ``config``: a path (relative to the project directory) of an existing file,
-    inside ``$LANCEPART_CONFIG_DIR`` when that is set. Returned as given."""
-    if not isinstance(value, str) or not value.strip():
-        refuse(f"config must be a non-empty path, got {value!r}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        refuse(f"config {value!r} contains a control character (a newline, tab, ...)")
-    path = (Path(PROJECT_DIR) / value).resolve()
-    if not path.is_file():
-        refuse(f"config {value!r} is not a file (relative paths are taken from {PROJECT_DIR})")
-    if config_dir := os.environ.get(CONFIG_DIR_ENV):
-        if not path.is_relative_to(Path(config_dir).resolve()):
-            refuse(f"config {value!r} is outside ${CONFIG_DIR_ENV} ({config_dir})")
-    return value
 
 
 def check_older_than(value) -> str:
@@ -117,23 +79,6 @@ def check_older_than(value) -> str:
     return value
 
 
-class LancepartCommand(BashOperator):
-    """A BashOperator whose command is built when the task runs, from validated run parameters.
-    Nothing a run chooses is rendered as a template or parsed by the shell: ``build(context)``
-    returns the command (fixed text plus the deployment's quoted words) and the environment
-    variables that carry the run's values."""
-
-    template_fields = ()
-
-    def __init__(self, *, build, **kwargs) -> None:
-        super().__init__(append_env=True, **kwargs)
-        self.build = build
-
-    def execute(self, context):
-        self.bash_command, self.env = self.build(context)
-        return super().execute(context)
-
-
 def _run_values(context) -> dict[str, str]:
     check_run_conf(context, RUN_PARAMS)
     params = context["params"]
@@ -143,7 +88,7 @@ def _run_values(context) -> dict[str, str]:
 
 def compact_command(context) -> tuple[str, dict[str, str]]:
     env = _run_values(context)  # older_than too: a run that cleanup would refuse does not compact either
-    return " ".join([COMPACT, *map(shlex.quote, deployment_spark_args())]), env
+    return with_deployment_spark_args(COMPACT), env
 
 
 def cleanup_command(context) -> tuple[str, dict[str, str]]:
@@ -175,14 +120,10 @@ with DAG(
         task_id="compact",
         build=compact_command,
         bash_command=COMPACT + f" ${SPARK_SUBMIT_ARGS_ENV}",  # shown in the UI; the real one is built at run time
-        cwd=PROJECT_DIR,
-        do_xcom_push=False,
     )
     cleanup = LancepartCommand(
         task_id="cleanup",
         build=cleanup_command,
         bash_command=CLEANUP,
-        cwd=PROJECT_DIR,
-        do_xcom_push=False,
     )
     compact >> cleanup
