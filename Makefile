@@ -1,12 +1,13 @@
 # One command each, on a fresh machine with Python >= 3.10 and Java 17:
 #   make demo   set up .venv and run the ingest job on generated data (Spark local[*])
 #   make test   set up .venv and run the test suite
+#   make bench-peers  install the peers (.[bench]) and run benchmarks/peers.py
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,10 @@ bench: setup
 	$(PY) benchmarks/murmur3_bench.py
 	$(PY) benchmarks/ingest.py
 	cd benchmarks && ../$(PY) read.py && ../$(PY) read_e2e.py && ../$(PY) compact.py && ../$(PY) join.py
+
+bench-peers: setup
+	$(PY) -m pip install --quiet -e '.[bench]'
+	cd benchmarks && ../$(PY) peers.py
 
 clean:
 	rm -rf $(VENV) build demo-namespace .pytest_cache
