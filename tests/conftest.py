@@ -90,13 +90,28 @@ EVENTS_SPEC = {"id": 1, "fields": [
 ]}
 
 
-@pytest.fixture
-def ns(root):
+def create_events_ns(root: str):
+    """A new namespace at ``root`` for the demo events (``id`` non-nullable), partitioned by EVENTS_SPEC."""
     from lancepart import PartitionedNamespace
     from lancepart.sample import demo_events
 
     schema = demo_events(1).schema
     return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)
+
+
+def copy_ns(template: str, dest):
+    """A copy of the namespace at ``template`` (a module's prepared one) at ``dest``, opened."""
+    import shutil
+
+    from lancepart import PartitionedNamespace
+
+    shutil.copytree(template, dest)
+    return PartitionedNamespace.open(str(dest))
+
+
+@pytest.fixture
+def ns(root):
+    return create_events_ns(root)
 
 
 def assert_read_versions_only_increase(ns) -> None:

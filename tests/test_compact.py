@@ -26,23 +26,20 @@ from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.compact import finish_compaction, plan_compaction, rewrite_table
 from lancepart.sample import demo_events
-from tests.conftest import EVENTS_SPEC, assert_read_versions_only_increase, expected_keys
+from tests.conftest import assert_read_versions_only_increase, create_events_ns, expected_keys
 
 HERE = Path(__file__).resolve().parent
 APPENDS, ROWS, DAYS = 20, 200, 3  # 20 small appends into 3 days x 4 buckets = 12 partitions
 
 
 # --------------------------------------------------------------------------- helpers
-def create_ns(root: str) -> PartitionedNamespace:
-    schema = demo_events(1).schema
-    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> tuple[str, pa.Table]:
     """A namespace built by 20 small appends (20 fragments in each of 12 partition tables) and its rows."""
     root = str(tmp_path_factory.mktemp("compact") / "ns")
-    ns = create_ns(root)
+    ns = create_events_ns(root)
     for i in range(APPENDS):
         ns.write(demo_events(ROWS, seed=i, start_id=i * ROWS, days=DAYS))
     return root, ns.to_table().sort_by("id")
@@ -158,7 +155,7 @@ def test_second_compaction_is_a_noop(small):
 def test_deleted_rows_are_materialised(tmp_path):
     """Deleted rows of the published version (deletion files) are dropped from the rewritten
     fragments; the published snapshot reads the same rows (spec "Transaction / Read Behavior")."""
-    ns = create_ns(str(tmp_path / "ns"))
+    ns = create_events_ns(str(tmp_path / "ns"))
     ns.write(demo_events(2_000, days=1))  # 4 tables, one fragment each
     deleted = {}
     for p in ns.partitions():

@@ -25,28 +25,24 @@ from lancepart.cli import main
 from lancepart.errors import InvalidFilterError, LancepartError
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
-from tests.conftest import EVENTS_SPEC
+from tests.conftest import copy_ns, create_events_ns
 
 HERE = Path(__file__).resolve().parent
 DAY1 = "event_date = DATE '2025-12-01'"
 
 
-def create_ns(root: str) -> PartitionedNamespace:
-    schema = demo_events(1).schema
-    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("drop") / "ns")
-    create_ns(root).write(demo_events(600, seed=1, days=3))
+    create_events_ns(root).write(demo_events(600, seed=1, days=3))
     return root
 
 
 @pytest.fixture
 def ns(template, tmp_path) -> PartitionedNamespace:
-    shutil.copytree(template, tmp_path / "ns")
-    return PartitionedNamespace.open(str(tmp_path / "ns"))
+    return copy_ns(template, tmp_path / "ns")
 
 
 def published(root: str) -> list[dict]:

@@ -31,29 +31,25 @@ from lancepart.errors import (
 )
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
-from tests.conftest import EVENTS_SPEC
+from tests.conftest import copy_ns, create_events_ns
 
 HERE = Path(__file__).resolve().parent
 # root ignores file modes through these capabilities; without them chmod binds it like anyone
 NO_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
 
 
-def create_ns(root: str) -> PartitionedNamespace:
-    schema = demo_events(1).schema
-    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("errors") / "ns")
-    create_ns(root).write(demo_events(300, seed=1, days=2))
+    create_events_ns(root).write(demo_events(300, seed=1, days=2))
     return root
 
 
 @pytest.fixture
 def ns(template, tmp_path) -> PartitionedNamespace:
-    shutil.copytree(template, tmp_path / "ns")
-    return PartitionedNamespace.open(str(tmp_path / "ns"))
+    return copy_ns(template, tmp_path / "ns")
 
 
 def run_proc(*args: str, prefix: list[str] | None = None) -> dict:
@@ -81,7 +77,7 @@ def small_fs(tmp_path):
 
 def test_a_full_file_system_is_storage_full_naming_the_root_and_nothing_is_published(small_fs):
     root = str(small_fs / "ns")
-    ns = create_ns(root)
+    ns = create_events_ns(root)
     ns.write(demo_events(100, seed=1, days=1))
     version, rows = ns.manifest_version, ns.to_table().num_rows
     with pytest.raises(StorageFullError) as e:
@@ -136,9 +132,9 @@ def test_a_root_that_is_a_file_is_named(tmp_path, capsys):
     f = tmp_path / "not_a_dir"
     f.write_text("hello")
     with pytest.raises(InvalidArgumentError, match=f"{f} is a file"):
-        create_ns(str(f))
+        create_events_ns(str(f))
     with pytest.raises(InvalidArgumentError, match=f"{f} is a file"):
-        create_ns(str(f / "below"))
+        create_events_ns(str(f / "below"))
     with pytest.raises(InvalidArgumentError, match=f"{f} is a file"):
         PartitionedNamespace.open(str(f))
     parquet = tmp_path / "in.parquet"
@@ -256,7 +252,7 @@ def test_spark_write_to_a_full_file_system_names_the_storage_full_table(small_fs
     from lancepart.spark.sample import generated_events
 
     root = str(small_fs / "ns")
-    create_ns(root)
+    create_events_ns(root)
     with pytest.raises(Exception) as e:
         lps.write(generated_events(spark, 300_000, seed=3), root)
     # raised on an executor: typed where Spark hands the task's exception back, named in its text otherwise

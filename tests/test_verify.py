@@ -23,20 +23,17 @@ from lancepart import PartitionedNamespace, Problem, VerifyReport
 from lancepart.cli import main
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
-from tests.conftest import EVENTS_SPEC
+from tests.conftest import copy_ns, create_events_ns
 
 HERE = Path(__file__).resolve().parent
 
 
-def create_ns(root: str) -> PartitionedNamespace:
-    schema = demo_events(1).schema
-    return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("verify") / "ns")
-    ns = create_ns(root)
+    ns = create_events_ns(root)
     ns.write(demo_events(400, seed=1, days=2))
     ns.write(demo_events(400, seed=2, start_id=400, days=2))
     return root
@@ -44,8 +41,7 @@ def template(tmp_path_factory) -> str:
 
 @pytest.fixture
 def ns(template, tmp_path) -> PartitionedNamespace:
-    shutil.copytree(template, tmp_path / "ns")
-    return PartitionedNamespace.open(str(tmp_path / "ns"))
+    return copy_ns(template, tmp_path / "ns")
 
 
 def table_dir(ns: PartitionedNamespace, info) -> str:
