@@ -159,6 +159,12 @@ def is_commit_conflict(e: BaseException) -> bool:
     return isinstance(e, OSError) and any(w in str(e).lower() for w in ("incompatible transaction", "conflict"))
 
 
+def is_not_found(e: BaseException) -> bool:
+    """Whether a Lance or storage error says that a table, version manifest or file does not exist."""
+    text = str(e).lower()
+    return "not found" in text or "does not exist" in text or "no such file" in text
+
+
 def backoff(attempt: int, base_delay: float = 0.05, max_delay: float = 2.0) -> None:
     """Sleep before retry ``attempt`` (0-based): exponential backoff with full jitter."""
     time.sleep(random.uniform(0, min(max_delay, base_delay * 2**attempt)))
@@ -225,7 +231,7 @@ class Manifest:
                 raise problem from None
             if (typed := typed_error(e, self.root)) is not None:  # full, forbidden, a file for a root
                 raise typed from e
-            if isinstance(e, ValueError) and ("not found" in str(e).lower() or "does not exist" in str(e).lower()):
+            if isinstance(e, ValueError) and is_not_found(e):
                 raise NamespaceNotFoundError(f"no __manifest table at {self.uri}") from None
             raise CorruptNamespaceError(f"cannot open __manifest at {self.uri}: {e}") from e
 
@@ -251,7 +257,7 @@ class Manifest:
             except (OSError, ValueError) as e:
                 # the latest version was superseded and its files removed by a cleanup with a short
                 # retention between our open and our read: read the newer one
-                if version is None and "not found" in str(e).lower() and self.dataset().version != ds.version:
+                if version is None and is_not_found(e) and self.dataset().version != ds.version:
                     continue
                 raise CorruptNamespaceError(f"cannot read __manifest at {self.uri} version {ds.version}: {e}") from e
         else:

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from lancepart.errors import LancepartError, UnsafeLocationError
 from lancepart.ids import check_location
-from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, join_uri
+from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo, Problem, VerifyReport
 from lancepart.spec import FIELD_ID_KEY_BYTES, PartitionSpec
@@ -148,8 +148,7 @@ def _open(root: str, info: PartitionInfo, so: Mapping[str, str] | None) -> lance
         try:
             return lance.dataset(join_uri(root, info.location), storage_options=dict(so) if so else None)
         except (OSError, ValueError) as e:
-            text = str(e).lower()
-            if "not found" in text or "does not exist" in text or "no such file" in text:
+            if is_not_found(e):
                 return None
             raise
     return open_partition(root, info, so)

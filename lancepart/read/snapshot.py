@@ -23,10 +23,9 @@ import pyarrow as pa
 from lancepart.error_mapping import storage_errors, typed_error
 from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
-from lancepart.manifest import join_uri
+from lancepart.manifest import is_not_found, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
-from lancepart.write.reserve import is_not_found
 
 log = logging.getLogger("lancepart.read")
 

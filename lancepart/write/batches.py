@@ -45,7 +45,15 @@ import pyarrow.compute as pc
 
 from lancepart.durations import parse_duration
 from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
-from lancepart.manifest import Manifest, ManifestSnapshot, backoff, commit_lock, is_commit_conflict, join_uri
+from lancepart.manifest import (
+    Manifest,
+    ManifestSnapshot,
+    backoff,
+    commit_lock,
+    is_commit_conflict,
+    is_not_found,
+    join_uri,
+)
 from lancepart.parallel import map_threads
 
 log = logging.getLogger("lancepart.write")
@@ -177,7 +185,7 @@ def _open_index(manifest: Manifest) -> lance.LanceDataset | None:
         return lance.dataset(uri, storage_options=manifest.storage_options,
                              commit_lock=commit_lock(uri, manifest.storage_options))
     except ValueError as e:
-        if "not found" in str(e).lower() or "does not exist" in str(e).lower():
+        if is_not_found(e):
             return None
         raise
 

@@ -28,14 +28,8 @@ from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import DataFilesMissingError
-from lancepart.manifest import Manifest, ManifestConflict, join_uri
+from lancepart.manifest import Manifest, ManifestConflict, is_not_found, join_uri
 from lancepart.parallel import map_threads
-
-
-def is_not_found(e: BaseException) -> bool:
-    """Whether a Lance error says a version manifest or data file does not exist."""
-    text = str(e).lower()
-    return isinstance(e, (OSError, ValueError, RuntimeError)) and ("not found" in text or "no such file" in text)
 
 
 def _local_path(uri: str) -> str | None:

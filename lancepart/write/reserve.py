@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from lancepart import ids as _ids
 from lancepart.errors import CorruptTableError
-from lancepart.manifest import Manifest, ManifestSnapshot, commit_lock, join_uri, metadata_json
+from lancepart.manifest import Manifest, ManifestSnapshot, commit_lock, is_not_found, join_uri, metadata_json
 from lancepart.parallel import map_threads
 from lancepart.spec import PartitionSpec
 
@@ -312,12 +312,6 @@ def table_exists(root: str, location: str, storage_options: Mapping[str, str] | 
             return False
         raise
     return True
-
-
-def is_not_found(e: BaseException) -> bool:
-    """Whether Lance's error says there is no table at the path."""
-    text = str(e).lower()
-    return "not found" in text or "does not exist" in text
 
 
 def _manifest_rows(schema: pa.Schema, spec: PartitionSpec, values: Sequence[pa.Array], oids: Sequence[str],
