@@ -136,8 +136,10 @@ def test_killed_jobs_and_old_versions_go_snapshot_and_tag_stay(ns):
 def test_old_read_version_stays_when_newer_unpublished_versions_exist(ns, tmp_path):
     """A partition whose published read_version is older than the retention while jobs committed
     newer versions they never published: Lance's own cleanup would delete the read_version (it
-    keeps only the latest and tagged versions); ns.cleanup keeps it, removes the superseded
-    unpublished one and keeps the latest (spec "Transaction / Read Behavior")."""
+    keeps only the latest and tagged versions); ns.cleanup keeps it, keeps the newer
+    unpublished versions while they are younger than the retention floor (a write may be about to
+    publish them), and removes them once a later publish supersedes them (spec "Transaction /
+    Read Behavior")."""
     ns.write(batch(1).table(), batch_id="b1")
     p = ns.partitions()[0]
     uri = join_uri(ns.root, p.location)
@@ -155,9 +157,16 @@ def test_old_read_version_stays_when_newer_unpublished_versions_exist(ns, tmp_pa
     assert p.read_version not in versions(plain)
 
     stats = ns.cleanup(ZERO, allow_short_retention=True)
-    assert versions(uri) == [p.read_version, unpublished[1]]
-    assert f"{p.location}@v{unpublished[0]}" in stats.removed
+    # newer than the published version and younger than the floor: a write may be publishing them
+    assert versions(uri) == [p.read_version, *unpublished]
     assert lance.dataset(uri, version=p.read_version).to_table().equals(pinned)
+
+    ns.write(batch(2).table(), batch_id="b2")  # a publish beyond them: now they are superseded history
+    top = next(q.read_version for q in ns.refresh().partitions() if q.object_id == p.object_id)
+    before = ns.to_table().sort_by("id")
+    stats = ns.cleanup(ZERO, allow_short_retention=True)
+    assert versions(uri) == [top]
+    assert {f"{p.location}@v{v}" for v in (p.read_version, *unpublished)} <= set(stats.removed)
     assert ns.to_table().sort_by("id").equals(before)
 
 

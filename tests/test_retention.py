@@ -179,6 +179,31 @@ def test_short_retention_cleanup_beside_live_writers(ns, seconds):
           f"({sorted({r['error'] for r in failed})}), {len(got)} rows")
 
 
+def test_version_a_write_is_about_to_publish_survives_zero_retention(ns):
+    """The window a publish's file check cannot close: the job has committed its table
+    versions and checked its files, and is paused right before its ``__manifest`` commit
+    (``before_manifest_commit``); meanwhile another commit supersedes its version of one table
+    (a job that then died) and a cleanup at ``older_than=0`` runs. The version is beyond
+    everything published and younger than the floor, so the cleanup keeps it; the job
+    publishes and every row reads with plain pylance at its ``read_version`` (on the code
+    before, the cleanup removed the version and the publish made the partition unreadable)."""
+    b1, b2 = batch(1, days=1), batch(2, days=1)
+    ns.write(b1.table(), batch_id="b1")
+    parts = ns.partitions()
+    proc = launch(ns.root, [b2.op(fault="before_manifest_commit:sleep:4")])
+    _wait_for(lambda: all(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version for p in parts))
+    time.sleep(0.5)  # past its file check: sleeping before the __manifest commit
+    uri = join_uri(ns.root, parts[0].location)
+    theirs = lance.dataset(uri).version
+    lance.write_dataset(lance.dataset(uri, version=parts[0].read_version).to_table().slice(0, 0), uri, mode="append")
+    cleanup(ns.root, ZERO, allow_short_retention=True)
+    assert theirs in versions(uri)
+    code, records, err = finish(proc)
+    assert code == 0 and len(records) == 1 and "error" not in records[0], (records, err[-3000:])
+    want = sorted(i for b in (b1, b2) for i in range(b.start, b.start + b.rows))
+    assert published(ns.root) == want
+
+
 # --------------------------------------------------------------------------- item 5: slow write
 
 def _wait_for(pred, timeout: float = 60) -> None:

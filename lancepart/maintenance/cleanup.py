@@ -60,7 +60,11 @@ Guards that hold for every deletion, whatever ``older_than`` and the override sa
   unreferenced files (the rows of a ``__manifest`` commit between their write and the
   commit) and unreferenced table directories (a reservation creates a partition's table just
   before the ``__manifest`` commit that publishes it). Lance's hidden temporary files
-  (``.tmp*``, a write in progress) obey the floor too.
+  (``.tmp*``, a write in progress) obey the floor too. So does a partition table version
+  newer than every version a retained snapshot pins: a write may be about to publish it
+  (it has checked that its files exist and its ``__manifest`` commit is a moment away);
+  under a short retention such versions of killed jobs go once they are older than the
+  floor, or as soon as a later publish supersedes them.
 
 Races with live writers, and why they are safe when ``older_than`` exceeds the longest
 write job (the default is 7 days; at least the floor):
@@ -86,9 +90,10 @@ superseded, can be removed. The job then fails before publishing anything: its p
 checks that every data file it wrote and every table version it is about to publish still
 exist (:mod:`lancepart.write.guard`, :class:`~lancepart.errors.DataFilesMissingError`), and
 a commit whose ``__manifest`` base or published ``read_version`` a cleanup removed rebases
-on the latest ``__manifest``. What remains is a window of milliseconds between that check
-and the ``__manifest`` commit in which a concurrent cleanup removing the job's files would
-go unnoticed; hence the floor, and the override only for a namespace no job writes to (tests,
+on the latest ``__manifest``. The check leaves a window of milliseconds before the
+``__manifest`` commit; the versions a job may be publishing in it (newer than everything
+published) obey the floor, so the window is closed for any job that publishes within the
+floor of its table commits. Still, the override is for a namespace no job writes to (tests,
 a quiet namespace). A write that starts after cleanup finished is never affected.
 
 What a cleanup reports: counts and :attr:`CleanupStats.removed` name only what really went
@@ -312,6 +317,8 @@ class _Run:
         # directories (a reservation creates a partition's table just before the commit that
         # publishes it). Removing either in that moment would break a published snapshot.
         self.manifest_file_cutoff = self.dir_cutoff = min(self.cutoff, now - floor.total_seconds())
+        # and a third: table versions beyond every published one (see _removable_table_versions)
+        self.in_flight_cutoff = self.dir_cutoff
         self.manifest = Manifest(root, self.so)
         self.local = "://" not in root or root.startswith("file://")
         self.pins: dict[str, _Pins] = {}  # location -> pins of every retained snapshot
@@ -551,6 +558,23 @@ class _Run:
         tally.bytes += int(pc.sum(orphans.column("size_bytes")).as_py() or 0)
         tally.removed.extend(f"{location}/{p}" for p in orphans.column("path").to_pylist())
 
+    def _removable_table_versions(self, versions: Sequence[Mapping[str, Any]], keep: set[int], location: str
+                                  ) -> list[int]:
+        """:func:`_removable` at the cut-off, except that a version newer than everything a
+        retained snapshot pins obeys the floor: it may be a write's commit whose ``__manifest``
+        publish is a moment away (a version one writer committed is superseded at once by a
+        concurrent writer's, and the publish check of its files runs before the commit)."""
+        removable = _removable(versions, self.cutoff, keep)
+        top = max(keep, default=0)
+        if not removable or self.in_flight_cutoff >= self.cutoff or max(removable) <= top:
+            return removable
+        settled = set(_removable(versions, self.in_flight_cutoff, keep))
+        kept = [v for v in removable if v > top and v not in settled]
+        if kept:
+            log.info("%s: versions %s are newer than every published one and younger than the retention floor "
+                     "(a write may be publishing them); kept for a later cleanup", location, kept)
+        return [v for v in removable if v <= top or v in settled]
+
     def clean_table(self, location: str) -> _Tally:
         tally = _Tally(tables=1)
         uri = join_uri(self.root, location)
@@ -567,7 +591,7 @@ class _Run:
                 tally.skip(location, f"({pins.object_id}): read_tag {sorted(missing)} does not exist; left untouched")
                 return tally
             keep = pinned_versions | {tags[t] for t in pinned_tags} | set(tags.values())
-            removable = [] if self.pins_unknown else _removable(ds.versions(), self.cutoff, keep)
+            removable = [] if self.pins_unknown else self._removable_table_versions(ds.versions(), keep, location)
             removable, gone = self._lance_cleanup(uri, ds, location, removable, tally)
             self._collect_files(uri, location, ds, removable, gone, tally)
         except (OSError, ValueError, RuntimeError, LancepartError) as e:
