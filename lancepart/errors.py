@@ -112,3 +112,8 @@ class InvalidFilterError(LancepartError, ValueError):
 class MissingDependencyError(LancepartError, ImportError):
     """A package lancepart needs is not importable where the code runs (for example on a Spark
     executor); the message names the package and the host."""
+
+
+class SnapshotExpiredError(LancepartError):
+    """The ``__manifest`` version a handle read was removed (superseded, then cleaned up)
+    before the handle read its rows: refresh the handle (``ns.refresh()``) and retry."""

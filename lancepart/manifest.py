@@ -3,13 +3,18 @@
 Spec: spec/directory-namespace.md "V2: Manifest" and spec/partitioning.md "Manifest Table
 Schema" / "Transaction"; docs/decisions.md §6, §7, §8.
 
-Every lancepart commit rewrites the whole table as one Lance ``Update`` that removes every
-fragment of the snapshot it was computed from, against that snapshot's version. Two such
-commits therefore always conflict in Lance's conflict resolver, which makes the manifest a
-linearizable register: a commit lands only if nothing else committed rows since its
-snapshot, and the loser reloads and rebases (:meth:`Manifest.update`). The manifest holds
-one row per namespace/table, a few MB at 10^4 partitions, so the rewrite costs
-milliseconds, and it keeps the table compact as a side effect.
+A lancepart commit is one Lance ``Update`` against the version of the snapshot it was
+computed from. Rows it changes are deleted where they are through deletion files and its
+new rows go into one new fragment; it always touches the fragment the previous commit wrote
+(the *tail*: rewritten with the new rows while small, else listed as updated;
+:meth:`Manifest.commit_changes`). Two commits from one snapshot therefore touch the same
+fragment and conflict in Lance's resolver, which makes the manifest a linearizable
+register: a commit lands only if nothing else committed rows since its snapshot, and the
+loser reloads and rebases (:meth:`Manifest.update`). What a commit reads and writes is the
+rows it changes plus a small tail, found through the ``object_id`` BTREE index, not the
+whole table; past :data:`MAX_FRAGMENTS` fragments one commit rewrites the whole table
+(:meth:`Manifest.commit`), the way every commit did before. docs/decisions.md, "The
+``__manifest`` commit".
 """
 
 from __future__ import annotations
@@ -18,15 +23,17 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import random
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
@@ -39,7 +46,9 @@ from lancepart.error_mapping import typed_error
 from lancepart.errors import (
     CommitConflictError,
     CorruptNamespaceError,
+    LancepartError,
     NamespaceNotFoundError,
+    SnapshotExpiredError,
     StorageUnavailableError,
 )
 from lancepart.redact import register as register_secrets
@@ -174,41 +183,172 @@ class ManifestConflict(Exception):
     """Internal: someone else committed to __manifest since our snapshot."""
 
 
-@dataclass(frozen=True)
-class ManifestSnapshot:
-    """One version of ``__manifest``: its rows, its table metadata and its fragments."""
+class SnapshotGone(ManifestConflict, SnapshotExpiredError):
+    """A snapshot's version was removed before its rows were read: a conflict to a commit (it
+    rebases on the latest version), a typed error to a reader."""
 
-    version: int
-    rows: pa.Table
-    metadata: dict[str, str]
-    fragment_ids: tuple[int, ...]
-    _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+# An incremental commit rewrites the fragment the previous commit wrote (the *tail*) with its
+# changes while the tail has at most this many rows; a longer tail is left in place (touched,
+# never rewritten) and a new tail starts.
+TAIL_ROWS = 4096
+# More fragments than this after an incremental commit: that commit rewrites the whole table
+# instead (amortised over the commits that made them).
+MAX_FRAGMENTS = 32
+# Touching more rows than this in one commit: read the whole snapshot instead of looking rows up.
+LOOKUP_LIMIT = 2048
+# Rows outside the object_id index after a commit beyond which that commit brings the indexes
+# up to date (lookups scan unindexed rows).
+UNINDEXED_ROWS = 8192
+
+
+def sql_string(value: str) -> str:
+    """``value`` as a SQL string literal (single quotes doubled)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def object_id_filter(object_ids: Sequence[str]) -> str:
+    """A Lance filter selecting the rows whose ``object_id`` is one of ``object_ids``."""
+    return "object_id IN (" + ", ".join(sql_string(o) for o in object_ids) + ")"
+
+
+@dataclass(frozen=True)
+class ManifestChanges:
+    """What one commit changes in ``__manifest``: rows to add or replace (matched by
+    ``object_id``) and object ids to remove."""
+
+    upserts: pa.Table | None = None
+    deletes: tuple[str, ...] = ()
+
+    def object_ids(self) -> list[str]:
+        ids = self.upserts.column("object_id").to_pylist() if self.upserts is not None else []
+        return list(dict.fromkeys([*ids, *self.deletes]))
+
+    def apply(self, rows: pa.Table) -> pa.Table:
+        """``rows`` with these changes applied (the whole table a full rewrite commits)."""
+        gone = self.object_ids()
+        if gone:
+            rows = rows.filter(pc.invert(pc.is_in(rows.column("object_id"), pa.array(gone, pa.utf8()))))
+        if self.upserts is not None and self.upserts.num_rows:
+            rows = pa.concat_tables([rows, self.upserts.select(rows.schema.names).cast(rows.schema)])
+        return rows
+
+
+class ManifestSnapshot:
+    """One version of ``__manifest``: its table metadata and fragments, and its rows, read when
+    first needed (:attr:`rows`) or looked up by ``object_id`` through the BTREE index
+    (:meth:`lookup`), so that a commit touching a few rows never reads all of them."""
+
+    def __init__(self, version: int, metadata: Mapping[str, str], fragment_ids: Sequence[int], *,
+                 rows: pa.Table | None = None, dataset: lance.LanceDataset | None = None,
+                 uri: str | None = None, latest: Callable[[], int] | None = None) -> None:
+        if rows is None and dataset is None:
+            raise ValueError("a snapshot needs its rows or its dataset")
+        self.version = version
+        self.metadata = dict(metadata)
+        self.fragment_ids = tuple(fragment_ids)
+        self._rows = rows
+        self._dataset = dataset
+        self._uri = uri or "__manifest"
+        self._latest = latest  # the latest version of the table, to tell a cleaned-up version from damage
+        self._index: dict[str, int] = {}
+        self._tables: pa.Table | None = None
+
+    def __repr__(self) -> str:
+        return f"ManifestSnapshot(version={self.version}, fragments={len(self.fragment_ids)})"
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._rows.schema if self._rows is not None else self._dataset.schema
+
+    @property
+    def dataset(self) -> lance.LanceDataset | None:
+        """The Lance dataset at this version (None for a snapshot built from rows alone)."""
+        return self._dataset
+
+    @property
+    def rows(self) -> pa.Table:
+        """Every row of this version (read once, on first use)."""
+        if self._rows is None:
+            self._rows = self._read(lambda ds: ds.to_table())
+        return self._rows
+
+    def _read(self, read: Callable[[lance.LanceDataset], pa.Table]) -> pa.Table:
+        try:
+            return read(self._dataset)
+        except (OSError, ValueError) as e:
+            if is_not_found(e) and self._superseded():
+                # a cleanup with a short retention removed this version after it was superseded
+                raise SnapshotGone(f"__manifest version {self.version} at {self._uri} was removed (superseded and "
+                                   f"cleaned up) before it was read; refresh the handle") from e
+            raise CorruptNamespaceError(f"cannot read __manifest at {self._uri} version {self.version}: {e}") from e
+
+    def _superseded(self) -> bool:
+        """Whether ``__manifest`` has a version newer than this one (else a file of the latest
+        version is missing: damage, not a cleanup)."""
+        if self._latest is None:
+            return False
+        try:
+            return self._latest() > self.version
+        except (LancepartError, OSError, ValueError):
+            return False
+
+    def lookup(self, object_ids: Sequence[str]) -> pa.Table:
+        """The rows whose ``object_id`` is in ``object_ids`` (any order; absent ids are absent)."""
+        object_ids = list(dict.fromkeys(object_ids))
+        if not object_ids:
+            return self.schema.empty_table()
+        if self._rows is not None or len(object_ids) > LOOKUP_LIMIT:
+            index = self.row_index()
+            take = sorted(index[o] for o in object_ids if o in index)
+            return self.rows.take(pa.array(take, pa.int64()))
+        return self._read(lambda ds: ds.to_table(filter=object_id_filter(object_ids)))
 
     def row_index(self) -> dict[str, int]:
-        """object_id -> row number (built once per snapshot)."""
+        """object_id -> row number in :attr:`rows` (built once per snapshot)."""
         if not self._index and self.rows.num_rows:
             self._index.update({oid: i for i, oid in enumerate(self.rows.column("object_id").to_pylist())})
         return self._index
 
     def has(self, object_id: str) -> bool:
-        return object_id in self.row_index()
+        return self.row(object_id) is not None
 
     def row(self, object_id: str) -> dict[str, Any] | None:
-        i = self.row_index().get(object_id)
-        return None if i is None else self.rows.slice(i, 1).to_pylist()[0]
+        found = self.lookup([object_id]).to_pylist()
+        return found[0] if found else None
 
     def tables(self) -> pa.Table:
-        return self.rows.filter(pc.equal(self.rows.column("object_type"), "table"))
+        """The table rows (``object_type = 'table'``); read alone, through the Bitmap index,
+        while the other rows are not needed."""
+        if self._rows is not None:
+            return self._rows.filter(pc.equal(self._rows.column("object_type"), "table"))
+        if self._tables is None:
+            self._tables = self._read(lambda ds: ds.to_table(filter="object_type = 'table'"))
+        return self._tables
 
     def with_read_versions(self, versions: Mapping[str, int]) -> pa.Table:
         """The rows with the ``read_version`` of each table in ``versions`` (object_id -> table
         version) replaced: what a publishing commit writes."""
-        index = self.row_index()
-        values = self.rows.column("read_version").to_pylist()
-        for oid, version in versions.items():
-            values[index[oid]] = version
-        j = self.rows.schema.get_field_index("read_version")
-        return self.rows.set_column(j, self.rows.schema.field(j), pa.array(values, pa.uint64()))
+        return set_read_versions(self.rows, versions)
+
+    def read_version_changes(self, versions: Mapping[str, int]) -> ManifestChanges:
+        """The commit that moves the ``read_version`` of each table in ``versions``: its rows,
+        looked up, with the new versions."""
+        return ManifestChanges(upserts=set_read_versions(self.lookup(list(versions)), versions))
+
+
+def set_read_versions(rows: pa.Table, versions: Mapping[str, int]) -> pa.Table:
+    """``rows`` with ``read_version`` replaced for the object ids in ``versions``."""
+    oids = rows.column("object_id").to_pylist()
+    missing = set(versions) - set(oids)
+    if missing:
+        raise KeyError(f"not in __manifest: {sorted(missing)[:5]}")
+    values = rows.column("read_version").to_pylist()
+    for i, oid in enumerate(oids):
+        if oid in versions:
+            values[i] = versions[oid]
+    j = rows.schema.get_field_index("read_version")
+    return rows.set_column(j, rows.schema.field(j), pa.array(values, pa.uint64()))
 
 
 class Manifest:
@@ -235,6 +375,9 @@ class Manifest:
                 raise NamespaceNotFoundError(f"no __manifest table at {self.uri}") from None
             raise CorruptNamespaceError(f"cannot open __manifest at {self.uri}: {e}") from e
 
+    def latest_version(self) -> int:
+        return self.dataset().version
+
     def exists(self) -> bool:
         try:
             self.dataset()
@@ -243,31 +386,19 @@ class Manifest:
         return True
 
     def snapshot(self, version: int | None = None, *, check: bool = True) -> ManifestSnapshot:
-        """The rows, metadata and fragments of ``version`` (latest by default). With ``check``,
-        a partitioned namespace whose ``__manifest`` lost columns it needs (a tool that knows
-        only the five standard columns rewrote it) raises :class:`CorruptNamespaceError`
-        naming them (:func:`check_columns`)."""
-        for _ in range(20):
-            ds = self.dataset(version)
-            if check:
-                check_columns(ds.schema, ds.metadata, self.uri, ds.version)
-            try:
-                rows = ds.to_table()
-                break
-            except (OSError, ValueError) as e:
-                # the latest version was superseded and its files removed by a cleanup with a short
-                # retention between our open and our read: read the newer one
-                if version is None and is_not_found(e) and self.dataset().version != ds.version:
-                    continue
-                raise CorruptNamespaceError(f"cannot read __manifest at {self.uri} version {ds.version}: {e}") from e
-        else:
-            raise CorruptNamespaceError(f"cannot read __manifest at {self.uri}: its latest version kept vanishing")
-        return ManifestSnapshot(
-            version=ds.version,
-            rows=rows,
-            metadata=dict(ds.metadata),
-            fragment_ids=tuple(f.fragment_id for f in ds.get_fragments()),
-        )
+        """``version`` (latest by default): its metadata and fragments now, its rows when first
+        used (:class:`ManifestSnapshot`). With ``check``, a partitioned namespace whose
+        ``__manifest`` lost columns it needs (a tool that knows only the five standard columns
+        rewrote it) raises :class:`CorruptNamespaceError` naming them (:func:`check_columns`)."""
+        ds = self.dataset(version)
+        if check:
+            check_columns(ds.schema, ds.metadata, self.uri, ds.version)
+        try:
+            fragment_ids = [f.fragment_id for f in ds.get_fragments()]
+        except (OSError, ValueError) as e:
+            raise CorruptNamespaceError(f"cannot read __manifest at {self.uri} version {ds.version}: {e}") from e
+        return ManifestSnapshot(ds.version, ds.metadata, fragment_ids, dataset=ds, uri=self.uri,
+                                latest=self.latest_version)
 
     # ------------------------------------------------------------------ writing
     def create(self, rows: pa.Table, metadata: Mapping[str, str]) -> ManifestSnapshot:
@@ -302,15 +433,86 @@ class Manifest:
 
     def commit(self, base: ManifestSnapshot, rows: pa.Table,
                transaction_properties: Mapping[str, str] | None = None) -> ManifestSnapshot:
-        """Replace the rows of ``base`` by ``rows`` in one commit, or raise :class:`ManifestConflict`
-        (also when a cleanup removed the version ``base`` read: it was superseded, so rebase).
+        """Replace the rows of ``base`` by ``rows`` in one commit (every fragment of ``base``
+        removed, ``rows`` written as new ones), or raise :class:`ManifestConflict` (also when a
+        cleanup removed the version ``base`` read: it was superseded, so rebase).
         ``transaction_properties`` are stored in that commit's Lance transaction (a batch id)."""
+        def build(ds: lance.LanceDataset) -> tuple[LanceOperation.BaseOperation, pa.Table]:
+            table = rows.select(ds.schema.names).cast(ds.schema)
+            frags = (lance.fragment.write_fragments(table, ds, storage_options=self.storage_options)
+                     if table.num_rows else [])
+            return LanceOperation.Update(removed_fragment_ids=list(base.fragment_ids), new_fragments=frags), table
+
+        new, table = self._commit(base, build, transaction_properties)
+        return ManifestSnapshot(new.version, new.metadata, [f.fragment_id for f in new.get_fragments()],
+                                rows=table, dataset=new, uri=self.uri, latest=self.latest_version)
+
+    def commit_changes(self, base: ManifestSnapshot, changes: ManifestChanges,
+                       transaction_properties: Mapping[str, str] | None = None) -> ManifestSnapshot:
+        """Apply ``changes`` to ``base`` in one commit whose cost does not grow with the table,
+        or raise :class:`ManifestConflict` like :meth:`commit`.
+
+        The changed rows are found through the ``object_id`` index and deleted where they are
+        (a deletion file per fragment holding one); the new rows go into one new fragment. The
+        *tail*, the fragment with the highest id (what the previous commit wrote), is always
+        part of the commit: while it has at most :data:`TAIL_ROWS` rows it is removed and its
+        other rows are written with the new ones (so a run of small commits keeps one small
+        fragment); a larger tail is listed as updated (deletions or not) and the new rows start
+        a new tail. Two commits from one snapshot therefore touch the same fragment and
+        conflict in Lance's resolver, and a commit from an older snapshot conflicts with the
+        newer ones: the same linearizable register as a whole rewrite. Past
+        :data:`MAX_FRAGMENTS` fragments a commit rewrites the whole table (:meth:`commit`),
+        which keeps reads and lookups fast.
+        """
+        if not base.fragment_ids or len(base.fragment_ids) >= MAX_FRAGMENTS:
+            return self.commit(base, changes.apply(base.rows), transaction_properties)
+
+        def build(ds: lance.LanceDataset) -> tuple[LanceOperation.BaseOperation, None]:
+            keys = changes.object_ids()
+            tail = max(base.fragment_ids)
+            tail_fragment = ds.get_fragment(tail)
+            rewrite_tail = tail_fragment.count_rows() <= TAIL_ROWS
+            removed, updated, touched = [tail] if rewrite_tail else [], [], False
+            if keys:
+                found = ds.to_table(columns=["object_id"], filter=object_id_filter(keys), with_row_address=True)
+                addr = found.column("_rowaddr").to_numpy().astype(np.uint64)
+                frag_of = (addr >> np.uint64(32)).astype(np.int64)
+                for frag_id in np.unique(frag_of).tolist():
+                    if frag_id == tail and rewrite_tail:
+                        continue
+                    touched |= frag_id == tail
+                    # by row address: Lance's _rowoffset filter does not name the physical row here
+                    rows_at = ", ".join(map(str, addr[frag_of == frag_id].tolist()))
+                    md = ds.get_fragment(frag_id).delete(f"_rowaddr IN ({rows_at})")
+                    if md is None:
+                        removed.append(frag_id)  # every row of it changed
+                    else:
+                        updated.append(md)
+            if not rewrite_tail and not touched:
+                updated.append(tail_fragment.metadata)  # unchanged, listed: the conflict point
+            upserts = (changes.upserts.select(ds.schema.names).cast(ds.schema)
+                       if changes.upserts is not None and changes.upserts.num_rows else ds.schema.empty_table())
+            if rewrite_tail:
+                kept = tail_fragment.to_table()
+                if keys:
+                    kept = kept.filter(pc.invert(pc.is_in(kept.column("object_id"), pa.array(keys, pa.utf8()))))
+                upserts = pa.concat_tables([kept, upserts])
+            new_fragments = (lance.fragment.write_fragments(upserts, ds, storage_options=self.storage_options)
+                             if upserts.num_rows else [])
+            op = LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                       new_fragments=new_fragments)
+            return op, None
+
+        new, _ = self._commit(base, build, transaction_properties)
+        return ManifestSnapshot(new.version, new.metadata, [f.fragment_id for f in new.get_fragments()],
+                                dataset=new, uri=self.uri, latest=self.latest_version)
+
+    def _commit(self, base: ManifestSnapshot, build: Callable[[lance.LanceDataset], tuple[Any, T]],
+                transaction_properties: Mapping[str, str] | None) -> tuple[lance.LanceDataset, T]:
+        """Commit the operation ``build(dataset at base)`` makes against ``base.version``."""
         try:
-            ds = self.dataset(base.version)
-            rows = rows.select(ds.schema.names).cast(ds.schema)
-            frags = (lance.fragment.write_fragments(rows, ds, storage_options=self.storage_options)
-                     if rows.num_rows else [])
-            op = LanceOperation.Update(removed_fragment_ids=list(base.fragment_ids), new_fragments=frags)
+            ds = base.dataset if base.dataset is not None else self.dataset(base.version)
+            op, value = build(ds)
             if transaction_properties:
                 op = lance.Transaction(read_version=base.version, operation=op,
                                        transaction_properties=dict(transaction_properties))
@@ -319,7 +521,7 @@ class Manifest:
         except LanceCommitConflictError as e:
             raise ManifestConflict(str(e)) from e
         except (NamespaceNotFoundError, CorruptNamespaceError, OSError, ValueError) as e:
-            if not isinstance(e, NamespaceNotFoundError) and "not found" not in str(e).lower():
+            if isinstance(e, SnapshotGone) or (not isinstance(e, NamespaceNotFoundError) and not is_not_found(e)):
                 raise
             latest = self.dataset().version  # NamespaceNotFoundError here: the whole __manifest is gone
             if latest == base.version:
@@ -328,8 +530,34 @@ class Manifest:
                     f"nothing was committed") from e
             raise ManifestConflict(f"__manifest version {base.version} this commit was based on was removed by a "
                                    f"cleanup; the latest is {latest}") from e
-        return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),
-                                fragment_ids=tuple(f.fragment_id for f in new.get_fragments()))
+        return new, value
+
+    def maintain_indexes(self, snap: ManifestSnapshot) -> bool:
+        """Bring the ``__manifest`` indexes up to date when more than :data:`UNINDEXED_ROWS`
+        rows of ``snap`` are outside the ``object_id`` index (a commit's lookups scan those);
+        whether it did. Best effort: a concurrent commit that makes Lance refuse it, or any
+        storage error, leaves it to the next commit (lookups stay correct, only slower)."""
+        ds = snap.dataset
+        if ds is None:
+            return False
+        try:
+            covered = next(({f for seg in i.segments for f in seg.fragment_ids} for i in ds.describe_indices()
+                            if i.name == "object_id_idx"), None)
+            fragments = ds.get_fragments()
+            if covered is None:
+                if fragments:
+                    self.ensure_indexes()
+                    return True
+                return False
+            unindexed = sum(f.metadata.physical_rows for f in fragments if f.fragment_id not in covered)
+            if unindexed <= UNINDEXED_ROWS:
+                return False
+            ds.optimize.optimize_indices()
+        except (OSError, ValueError, RuntimeError) as e:
+            logging.getLogger("lancepart.manifest").debug("__manifest indexes not updated (%s): %s",
+                                                          type(e).__name__, e)
+            return False
+        return True
 
     def protect(self, metadata: Mapping[str, str]) -> bool:
         """Set lancepart's bit in the DirectoryNamespace writer flags of ``__manifest`` unless
@@ -363,12 +591,12 @@ class Manifest:
             if not is_commit_conflict(e):
                 raise
             raise ManifestConflict(str(e)) from e
-        return ManifestSnapshot(version=new.version, rows=rows, metadata=dict(new.metadata),
-                                fragment_ids=tuple(f.fragment_id for f in new.get_fragments()))
+        return ManifestSnapshot(new.version, new.metadata, [f.fragment_id for f in new.get_fragments()],
+                                rows=rows, dataset=new, uri=self.uri, latest=self.latest_version)
 
     def update(
         self,
-        mutate: Callable[[ManifestSnapshot], tuple[pa.Table | None, T]],
+        mutate: Callable[[ManifestSnapshot], tuple[pa.Table | ManifestChanges | None, T]],
         *,
         max_retries: int = 20,
         base_delay: float = 0.05,
@@ -378,8 +606,9 @@ class Manifest:
     ) -> tuple[ManifestSnapshot, T, int]:
         """Optimistic read-modify-write: reload, ``mutate``, commit; on conflict back off and redo.
 
-        ``mutate(snapshot)`` returns ``(new_rows or None, value)``; None means nothing to
-        commit. It must be a pure function of the snapshot so that it can be re-run on a
+        ``mutate(snapshot)`` returns ``(new_rows, value)``: the whole new table
+        (:meth:`commit`), the :class:`ManifestChanges` to apply (:meth:`commit_changes`) or None
+        for nothing to commit. It must be a pure function of the snapshot so that it can be re-run on a
         newer one (this is the rebase). Exponential backoff with full jitter; after
         ``max_retries`` conflicts raises :class:`CommitConflictError` with nothing committed.
         Returns ``(snapshot after commit, value, retries)``. ``transaction_properties`` go with
@@ -391,7 +620,12 @@ class Manifest:
                 rows, value = mutate(snap)  # may raise ManifestConflict: what it built on is gone, rebase
                 if rows is None:
                     return snap, value, attempt
-                return self.commit(snap, rows, transaction_properties), value, attempt
+                if isinstance(rows, ManifestChanges):
+                    new = self.commit_changes(snap, rows, transaction_properties)
+                else:
+                    new = self.commit(snap, rows, transaction_properties)
+                self.maintain_indexes(new)
+                return new, value, attempt
             except ManifestConflict:
                 if attempt == max_retries:
                     break

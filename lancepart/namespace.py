@@ -156,11 +156,16 @@ class PartitionedNamespace:
         return cls(root_s, manifest, manifest.snapshot())
 
     def refresh(self) -> PartitionedNamespace:
-        """Reload ``__manifest`` (specs, schema and rows) at its latest version."""
+        """Reload ``__manifest`` (specs, schema and partition table rows) at its latest version."""
         self._load(self._manifest.snapshot())
         return self
 
-    def _load(self, snap: ManifestSnapshot) -> None:
+    def _follow(self) -> None:
+        """Move to the latest ``__manifest`` version after this handle's own commit: its rows are
+        read when needed (a write's cost does not grow with the namespace)."""
+        self._load(self._manifest.snapshot(), eager=False)
+
+    def _load(self, snap: ManifestSnapshot, eager: bool = True) -> None:
         md = snap.metadata
         spec_keys = [k for k in md if k.startswith(SPEC_KEY_PREFIX)]
         if not spec_keys:
@@ -184,6 +189,8 @@ class PartitionedNamespace:
             raise CorruptNamespaceError(
                 f"{self._manifest.uri}: root properties 'schema' / {SPEC_KEY_PREFIX}<N> cannot be read: "
                 f"{type(e).__name__}: {e}") from e
+        if eager:  # a handle keeps the snapshot it opened, also when __manifest is damaged later
+            snap.tables()
         self._specs = dict(sorted(specs.items()))
         self._snapshot = snap
 
@@ -255,7 +262,7 @@ class PartitionedNamespace:
         from lancepart.write.local import write_local
 
         result = write_local(self, data, mode=mode, batch_id=batch_id, **options)
-        self.refresh()
+        self._follow()
         return result
 
     # ------------------------------------------------------------------ reading
@@ -273,7 +280,7 @@ class PartitionedNamespace:
         else:
             from lancepart.read.prune import prune
 
-            tables = prune(filter, self._schema, self._specs, self._snapshot.rows).kept
+            tables = prune(filter, self._schema, self._specs, self._snapshot.tables()).kept
         return self._partition_infos(tables)
 
     def _partition_infos(self, tables: pa.Table) -> list[PartitionInfo]:
@@ -300,7 +307,7 @@ class PartitionedNamespace:
         partitions are kept and pruned, then the ``__manifest`` query and the residual filter."""
         from lancepart.read.prune import prune
 
-        return prune(filter, self._schema, self._specs, self._snapshot.rows).explain()
+        return prune(filter, self._schema, self._specs, self._snapshot.tables()).explain()
 
     def to_table(self, filter: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """The published snapshot (every table at its ``read_version``/branch/tag) as one table:
@@ -330,7 +337,7 @@ class PartitionedNamespace:
             return self.partitions(), None, None
         from lancepart.read.prune import prune
 
-        result = prune(filter, self._schema, self._specs, self._snapshot.rows)
+        result = prune(filter, self._schema, self._specs, self._snapshot.tables())
         return self._partition_infos(result.kept), filter, result.scan_filter
 
     # ------------------------------------------------------------------ maintenance

@@ -348,23 +348,22 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         return version, base
 
     def mutate(snap: ManifestSnapshot):
-        index = snap.row_index()
-        read_version = snap.rows.column("read_version").to_pylist()
-        branch = snap.rows.column("read_branch").to_pylist()
-        tag = snap.rows.column("read_tag").to_pylist()
+        current = {r["object_id"]: r for r in
+                   snap.lookup(list(by_oid)).select(["object_id", "read_version", "read_branch", "read_tag"])
+                   .to_pylist()}
         todo = []
         for oid in by_oid:
             if oid in dropped:
                 continue  # rewritten fragments never come back into a published version
-            i = index.get(oid)
-            reason = ("vanished from __manifest" if i is None else
-                      f"pinned to read_branch={branch[i]!r} read_tag={tag[i]!r} during compaction"
-                      if branch[i] is not None or tag[i] is not None else
-                      "read_version became NULL during compaction" if read_version[i] is None else None)
+            r = current.get(oid)
+            reason = ("vanished from __manifest" if r is None else
+                      f"pinned to read_branch={r['read_branch']!r} read_tag={r['read_tag']!r} during compaction"
+                      if r["read_branch"] is not None or r["read_tag"] is not None else
+                      "read_version became NULL during compaction" if r["read_version"] is None else None)
             if reason is not None:
                 dropped[oid] = reason
-            elif oid not in done or done[oid][0] != read_version[i]:
-                todo.append((oid, read_version[i]))
+            elif oid not in done or done[oid][0] != r["read_version"]:
+                todo.append((oid, r["read_version"]))
         for (oid, published), out in zip(todo, map_threads(commit_one, todo), strict=True):
             if isinstance(out, str):
                 dropped[oid] = out
@@ -374,9 +373,9 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         faults.checkpoint("after_table_commits")
         if not live:
             return None, False
-        rows = snap.with_read_versions({oid: done[oid][1] for oid in live})
+        changes = snap.read_version_changes({oid: done[oid][1] for oid in live})
         faults.checkpoint("before_manifest_commit")
-        return rows, True
+        return changes, True
 
     if not by_oid:
         return Published(manifest.snapshot(), False, {}, {}, set(), 0)

@@ -207,9 +207,9 @@ def _parse_time(value: str | None) -> datetime | None:
 
 def _legacy(snap: ManifestSnapshot, batch_id: str) -> BatchRecord | None:
     """An id recorded as ``lancepart.batch.<id>`` in a ``v<N>`` row (before the index existed)."""
-    rows = snap.rows
-    ns_rows = rows.filter(pc.and_(pc.equal(rows.column("object_type"), "namespace"),
-                                  pc.invert(pc.match_substring(rows.column("object_id"), "$"))))
+    specs = [k[len("partition_spec_"):] for k in snap.metadata if k.startswith("partition_spec_v")]
+    rows = snap.lookup(specs)  # the v<N> rows alone: a publish never reads all of __manifest
+    ns_rows = rows.filter(pc.equal(rows.column("object_type"), "namespace"))
     key = LEGACY_PREFIX + batch_id
     for md in ns_rows.column("metadata").to_pylist():
         if not md or '"' + LEGACY_PREFIX not in md:  # the prefix is ASCII, escaped the same in any JSON

@@ -91,22 +91,21 @@ def publish(
             return None, None
         if not writes and batch_id is None:
             return None, None
-        index = snap.row_index()
-        read_version = snap.rows.column("read_version").to_pylist()
-        branch = snap.rows.column("read_branch").to_pylist()
-        tag = snap.rows.column("read_tag").to_pylist()
+        current = {r["object_id"]: r for r in
+                   snap.lookup(list(by_oid)).select(["object_id", "read_version", "read_branch", "read_tag"])
+                   .to_pylist()}
         todo = []
         for oid in by_oid:
-            i = index.get(oid)
-            if i is None:  # dropped (drop_partitions) while this write ran: a rerun reserves a fresh table
+            row = current.get(oid)
+            if row is None:  # dropped (drop_partitions) while this write ran: a rerun reserves a fresh table
                 raise CommitConflictError(f"partition table {oid} was removed from __manifest (dropped) while this "
                                           f"write ran; nothing was published; run the write again")
-            if branch[i] is not None or tag[i] is not None:
+            if row["read_branch"] is not None or row["read_tag"] is not None:
                 raise PartitionPinnedError(
-                    f"partition table {oid} is pinned to branch={branch[i]!r} tag={tag[i]!r}; lancepart writes "
-                    f"to main only; unpin it before writing")
-            if oid not in done or done[oid][0] != read_version[i]:
-                todo.append((oid, read_version[i]))
+                    f"partition table {oid} is pinned to branch={row['read_branch']!r} tag={row['read_tag']!r}; "
+                    f"lancepart writes to main only; unpin it before writing")
+            if oid not in done or done[oid][0] != row["read_version"]:
+                todo.append((oid, row["read_version"]))
 
         def commit_one(item: tuple[str, int | None]) -> int:
             oid, published = item
@@ -124,9 +123,9 @@ def publish(
         faults.checkpoint("after_table_commits")
         check_files_present(manifest.root, [(o, by_oid[o].location, done[o][1], by_oid[o].fragments) for o in by_oid],
                             manifest.storage_options)
-        rows = snap.with_read_versions({oid: done[oid][1] for oid in by_oid})
+        changes = snap.read_version_changes({oid: done[oid][1] for oid in by_oid})
         faults.checkpoint("before_manifest_commit")
-        return rows, None
+        return changes, None
 
     props = batches.transaction_properties(batch_id) if batch_id is not None else None
     snap, _, retries = manifest.update(mutate, max_retries=max_retries, what="publish", transaction_properties=props)

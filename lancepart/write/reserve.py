@@ -23,7 +23,16 @@ import pyarrow.compute as pc
 
 from lancepart import ids as _ids
 from lancepart.errors import CorruptTableError
-from lancepart.manifest import Manifest, ManifestSnapshot, commit_lock, is_not_found, join_uri, metadata_json
+from lancepart.manifest import (
+    LOOKUP_LIMIT,
+    Manifest,
+    ManifestChanges,
+    ManifestSnapshot,
+    commit_lock,
+    is_not_found,
+    join_uri,
+    metadata_json,
+)
 from lancepart.parallel import map_threads
 from lancepart.spec import PartitionSpec
 
@@ -104,19 +113,18 @@ def reserve_partitions(
         # names them with random ids); the deterministic ids name only what is new.
         ns_oids, table_oids = resolve_object_ids(snap, spec, values, level_ids)
         resolved["tables"] = table_oids
-        index = snap.row_index()
-        missing = [i for i in range(n) if table_oids[i] not in index]
-        if len(missing) < n:  # partitions that exist: refuse an unsafe location before committing anything
-            location = snap.rows.column("location")
-            for oid in {table_oids[i] for i in range(n)} - {table_oids[i] for i in missing}:
-                _ids.check_location(location[index[oid]].as_py(), oid, manifest.root)
-        declared = _pin_declared(manifest, snap, {table_oids[i] for i in range(n)} - {table_oids[i] for i in missing},
-                                 table_schema, made)
+        existing = dict(zip(*snap.lookup(table_oids).select(["object_id", "location"]).to_pydict().values(),
+                            strict=True))
+        missing = [i for i in range(n) if table_oids[i] not in existing]
+        for oid, location in existing.items():  # refuse an unsafe location before committing anything
+            _ids.check_location(location, oid, manifest.root)
+        declared = _pin_declared(manifest, snap, set(existing), table_schema, made)
         if not missing and not declared:
             return None, 0
-        base = snap.with_read_versions(declared) if declared else snap.rows
+        pinned = snap.read_version_changes(declared).upserts if declared else snap.schema.empty_table()
         if not missing:
-            return base, 0
+            return ManifestChanges(upserts=pinned), 0
+        known = set(snap.lookup([o for i in missing for o in ns_oids[i]]).column("object_id").to_pylist())
         fresh = list(dict.fromkeys(table_oids[i] for i in missing if table_oids[i] not in made))
         locations = [_ids.table_location(oid) for oid in fresh]
         versions = map_threads(lambda loc: create_empty_table(manifest.root, loc, table_schema,
@@ -143,20 +151,19 @@ def reserve_partitions(
                 continue
             for level in range(len(spec.fields)):
                 ns_oid = ns_oids[i][level]
-                if ns_oid not in seen and ns_oid not in index:
+                if ns_oid not in seen and ns_oid not in known:
                     add(ns_oid, False, i, level + 1)
             add(oid, True, i, len(spec.fields))
-        new_rows = _manifest_rows(snap.rows.schema, spec, values, oids, tables, source, depth,
+        new_rows = _manifest_rows(snap.schema, spec, values, oids, tables, source, depth,
                                   [made[o][0] if t else None for o, t in zip(oids, tables, strict=True)],
                                   [made[o][1] if t else None for o, t in zip(oids, tables, strict=True)])
-        return pa.concat_tables([base, new_rows]), sum(tables)
+        return ManifestChanges(upserts=pa.concat_tables([pinned, new_rows])), sum(tables)
 
     snap, created, retries = manifest.update(mutate, max_retries=max_retries, what="partition reservation")
     # Adopt rows that concurrent writers created; drop our own tables that lost the race.
-    index = snap.row_index()
-    picked = snap.rows.take(pa.array([index[oid] for oid in resolved["tables"]], pa.int64()))
     cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
-    refs = [TableRef(**r) for r in picked.select(cols).to_pylist()]
+    picked = {r["object_id"]: r for r in snap.lookup(resolved["tables"]).select(cols).to_pylist()}
+    refs = [TableRef(**picked[oid]) for oid in resolved["tables"]]
     for ref in refs:  # rows a concurrent writer made are checked like our own
         _ids.check_location(ref.location, ref.object_id, manifest.root)
     published = {r.location for r in refs}
@@ -213,6 +220,13 @@ def resolve_object_ids(snap: ManifestSnapshot, spec: PartitionSpec, values: Sequ
     n = len(values[0]) if values else 0
     k = len(spec.fields)
     own_tables = [_ids.table_object_id(spec.id, ids) for ids in level_ids]
+    if n and len(own_tables) <= LOOKUP_LIMIT:
+        # lancepart's own id of a partition is the one preferred among several rows with its values:
+        # when every partition has its table row under that id, nothing else needs reading
+        own = snap.lookup(own_tables)
+        if set(own.filter(pc.equal(own.column("object_type"), "table")).column("object_id").to_pylist()) \
+                >= set(own_tables):
+            return [None] * n, own_tables
     rows = snap.rows
     names = set(rows.column_names)
     if not n or not rows.num_rows or any(f.column_name not in names for f in spec.fields):
@@ -279,8 +293,7 @@ def _pin_declared(manifest: Manifest, snap: ManifestSnapshot, oids: set[str], sc
     as its ``read_version`` with the reservation, so writes to it work like to any partition."""
     if not oids:
         return {}
-    index = snap.row_index()
-    touched = snap.rows.take(pa.array(sorted(index[oid] for oid in oids), pa.int64()))
+    touched = snap.lookup(sorted(oids))
     unpinned = pc.and_(pc.and_(pc.is_null(touched.column("read_version")), pc.is_null(touched.column("read_branch"))),
                        pc.is_null(touched.column("read_tag")))
     pins = {}

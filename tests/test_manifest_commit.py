@@ -1,0 +1,216 @@
+"""The incremental ``__manifest`` commit (issue "Performance", goal 2; docs/decisions.md "The
+``__manifest`` commit"; spec directory-namespace.md "V2: Manifest").
+
+A commit no longer reads and rewrites the whole table: it looks its rows up through the
+``object_id`` index, deletes them where they are and rewrites only the previous commit's
+fragment (the tail). What must still hold, checked here on real Lance tables:
+
+* the register stays linearizable: two commits from one snapshot, or a commit from an older
+  snapshot, conflict (the rebase-and-retry of every publish depends on it);
+* the rows are exactly those of an oracle dict after long random sequences of upserts and
+  deletes, through tail splits and whole-table rewrites, read with plain pylance and with
+  Lance's own ``DirectoryNamespace``;
+* what a commit writes does not grow with the table.
+"""
+
+from __future__ import annotations
+
+import random
+
+import lance
+import pytest
+
+from lancepart import manifest as m
+from lancepart.manifest import Manifest, ManifestChanges, ManifestConflict, manifest_schema, rows_from_records
+
+SCHEMA = manifest_schema()
+
+
+def record(oid: str, version: int | None = None) -> dict:
+    return {"object_id": oid, "object_type": "table", "location": f"loc_{oid}", "read_version": version}
+
+
+def create(tmp_path, n: int) -> Manifest:
+    man = Manifest(str(tmp_path / "ns"))
+    rows = rows_from_records(SCHEMA, [{"object_id": "root", "object_type": "namespace", "metadata": "{}"},
+                                      *(record(f"t{i}", 1) for i in range(n))])
+    man.create(rows, {"k": "v"})
+    return man
+
+
+def upsert(*records: dict) -> ManifestChanges:
+    return ManifestChanges(upserts=rows_from_records(SCHEMA, list(records)))
+
+
+def contents(man: Manifest, version: int | None = None) -> dict[str, int | None]:
+    t = lance.dataset(man.uri, version=version).to_table(columns=["object_id", "read_version"])
+    oids = t.column("object_id").to_pylist()
+    assert len(oids) == len(set(oids)), "an object_id appears twice"
+    return dict(zip(oids, t.column("read_version").to_pylist(), strict=True))
+
+
+def test_two_commits_from_one_snapshot_conflict(tmp_path):
+    """Linearizable: of two commits computed from one snapshot only the first lands, even when
+    they change different rows; a commit from a snapshot older than the latest conflicts too."""
+    man = create(tmp_path, 50)
+    base = man.snapshot()
+    man.commit_changes(base, upsert(record("t1", 2)))
+    with pytest.raises(ManifestConflict):
+        man.commit_changes(base, upsert(record("t40", 2)))  # another row, same snapshot
+    newer = man.snapshot()
+    man.commit_changes(newer, ManifestChanges(deletes=("t3",)))
+    with pytest.raises(ManifestConflict):
+        man.commit_changes(newer, upsert(record("new", 1)))
+    with pytest.raises(ManifestConflict):
+        man.commit(base, base.rows)  # the whole-table commit conflicts with the incremental ones
+    got = contents(man)
+    assert got["t1"] == 2 and got["t40"] == 1 and "t3" not in got and "new" not in got
+
+
+def test_update_rebases_incremental_commits(tmp_path):
+    """Manifest.update with ManifestChanges: a mutate that loses to a concurrent commit is re-run
+    on the newer snapshot and sees its rows."""
+    man = create(tmp_path, 10)
+    calls = []
+
+    def mutate(snap):
+        calls.append(snap.version)
+        if len(calls) == 1:  # a concurrent writer commits between our read and our commit
+            man.commit_changes(man.snapshot(), upsert(record("t5", 7)))
+        current = snap.lookup(["t5"]).column("read_version")[0].as_py()
+        return upsert(record("t5", current + 1)), current
+
+    snap, seen, retries = man.update(mutate, base_delay=0)
+    assert retries == 1 and seen == 7 and contents(man)["t5"] == 8
+    assert snap.lookup(["t5"]).column("read_version")[0].as_py() == 8
+
+
+@pytest.mark.parametrize("tail_rows,max_fragments", [(4096, 32), (3, 6)])
+def test_random_changes_match_an_oracle(tmp_path, monkeypatch, tail_rows, max_fragments):
+    """300 random commits (upserts of existing and new rows, deletes, mixes, rows in old
+    fragments and in the tail); after each, the table equals the oracle, at every version
+    (time travel reads each one back). Small limits force tail splits, whole rewrites and
+    index updates."""
+    monkeypatch.setattr(m, "TAIL_ROWS", tail_rows)
+    monkeypatch.setattr(m, "MAX_FRAGMENTS", max_fragments)
+    monkeypatch.setattr(m, "UNINDEXED_ROWS", 50)
+    man = create(tmp_path, 200)
+    oracle = contents(man)
+    history = {man.snapshot().version: dict(oracle)}
+    rng = random.Random(7)
+    fresh = 0
+    for step in range(300):
+        snap = man.snapshot()
+        ups, dels = [], set()
+        for _ in range(rng.choice([1, 1, 2, 5, 40])):
+            if rng.random() < 0.2 and len(oracle) > 50:
+                dels.add(rng.choice(sorted(oracle)))
+            elif rng.random() < 0.3:
+                fresh += 1
+                ups.append(record(f"n{fresh}", step))
+            else:
+                ups.append(record(rng.choice(sorted(oracle)), step))
+        ups = [u for u in {u["object_id"]: u for u in ups}.values() if u["object_id"] not in dels]
+        changes = ManifestChanges(upserts=rows_from_records(SCHEMA, ups) if ups else None, deletes=tuple(dels))
+        new = man.commit_changes(snap, changes)
+        man.maintain_indexes(new)  # what Manifest.update does after each commit
+        for oid in dels:
+            oracle.pop(oid, None)
+        oracle.update({u["object_id"]: u["read_version"] for u in ups})
+        assert contents(man) == oracle, f"step {step}"
+        history[new.version] = dict(oracle)
+        assert len(new.fragment_ids) <= max_fragments + 1
+    for version, want in list(history.items())[::37]:
+        assert contents(man, version) == want
+    ds = lance.dataset(man.uri)  # the object_id index was kept up to date along the way
+    idx = next(i for i in ds.describe_indices() if i.name == "object_id_idx")
+    covered = {f for seg in idx.segments for f in seg.fragment_ids}
+    assert sum(f.metadata.physical_rows for f in ds.get_fragments() if f.fragment_id not in covered) <= 50 + 40
+
+
+def test_a_commit_writes_the_tail_not_the_table(tmp_path):
+    """What a one-row commit writes does not grow with the table: on a 20 000-row manifest it
+    writes at most the tail plus the row (the whole-table rewrite wrote 20 001 rows)."""
+    man = create(tmp_path, 20_000)
+    for i in range(5):
+        base = man.snapshot()
+        before = set(base.fragment_ids)
+        man.commit_changes(base, upsert(record(f"t{i * 997}", 9)))
+        ds = lance.dataset(man.uri)
+        written = sum(f.metadata.physical_rows for f in ds.get_fragments() if f.fragment_id not in before)
+        assert written <= 1 + i, (i, written)
+    assert contents(man)["t997"] == 9 and len(contents(man)) == 20_001
+
+
+def test_lookup_uses_the_index_and_sees_unindexed_fragments(tmp_path):
+    """Rows written after the index was built (the tail, settled fragments, a foreign append)
+    are found by lookup like indexed ones."""
+    man = create(tmp_path, 100)
+    man.commit_changes(man.snapshot(), upsert(record("late", 3)))
+    lance.write_dataset(rows_from_records(SCHEMA, [record("foreign", 4)]), man.uri, mode="append")
+    snap = man.snapshot()
+    got = snap.lookup(["t7", "late", "foreign", "absent"]).to_pydict()
+    assert sorted(got["object_id"]) == ["foreign", "late", "t7"]
+    assert snap.row("late")["read_version"] == 3 and snap.row("absent") is None
+
+
+def test_directory_namespace_reads_after_incremental_commits(tmp_path, monkeypatch):
+    """Lance's own DirectoryNamespace describes every partition table of a namespace whose
+    ``__manifest`` was changed by incremental commits (deletion files, a rewritten tail), at
+    the location lancepart published; plain pylance reads each table at its read_version."""
+    import lance.namespace as lns
+    import pyarrow as pa
+
+    from lancepart import PartitionedNamespace
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("shop", pa.int32())])
+    spec = {"id": 1, "fields": [{"field_id": "shop", "source_ids": [1], "transform": {"type": "identity"},
+                                 "result_type": {"type": "int32"}}]}
+    monkeypatch.setattr(m, "TAIL_ROWS", 3)  # settled fragments with deletion files, as at scale
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, spec)
+    for i in range(12):
+        ns.write(pa.table({"id": [i, 100 + i], "shop": [i % 5, 7]}, schema=schema))
+    fragments = lance.dataset(ns.manifest.uri).get_fragments()
+    assert len(fragments) > 2 and any(f.deletion_file() for f in fragments)
+    d = lns.DirectoryNamespace(root=ns.root)
+    total = 0
+    for p in ns.partitions():
+        desc = d.describe_table(lns.DescribeTableRequest(id=p.object_id.split("$")))
+        assert desc.location.rstrip("/").endswith(p.location)
+        total += lance.dataset(f"{ns.root}/{p.location}", version=p.read_version).count_rows()
+    assert len(ns.partitions()) == 6 and total == 24
+
+
+def test_empty_manifest_falls_back_to_a_whole_commit(tmp_path):
+    """A manifest with no fragment (no tail to remove) commits the whole table, as before."""
+    man = Manifest(str(tmp_path / "ns"))
+    man.create(SCHEMA.empty_table(), {})
+    base = man.snapshot()
+    assert base.fragment_ids == ()
+    man.commit_changes(base, upsert(record("a", 1)))
+    assert contents(man) == {"a": 1}
+
+
+def test_stale_handle_whose_version_was_cleaned_up_raises_typed(tmp_path):
+    """A handle reads its partition table rows at open and the others when first needed. When
+    a cleanup (short retention) removed its ``__manifest`` version before that, the read raises
+    SnapshotExpiredError naming the version and what to do; refresh() reads the latest."""
+    from datetime import timedelta
+
+    import pyarrow as pa
+
+    from lancepart import PartitionedNamespace
+    from lancepart.errors import SnapshotExpiredError
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("shop", pa.int32())])
+    spec = {"id": 1, "fields": [{"field_id": "shop", "source_ids": [1], "transform": {"type": "identity"},
+                                 "result_type": {"type": "int32"}}]}
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, spec)
+    ns.write(pa.table({"id": [1], "shop": [1]}, schema=schema))
+    stale = PartitionedNamespace.open(ns.root)
+    ns.write(pa.table({"id": [2], "shop": [2]}, schema=schema))
+    ns.cleanup(timedelta(0), allow_short_retention=True)
+    stale.partitions()  # the partition table rows are read at open: a handle keeps what it opened
+    with pytest.raises(SnapshotExpiredError, match=r"version \d+ .* refresh"):
+        stale.describe_namespace(["v1", "1"])  # the other rows are read when first needed
+    assert len(stale.refresh().partitions()) == 2 and stale.describe_namespace(["v1"])
