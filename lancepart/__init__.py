@@ -3,6 +3,7 @@
 >>> from lancepart import PartitionedNamespace, PartitionSpec, PartitionField
 """
 
+from lancepart import lance_env  # noqa: F401  (first: Lance reads its settings at its first commit)
 from lancepart.errors import (
     CommitConflictError,
     ExpectationFailedError,

@@ -4,15 +4,17 @@ One pass over the input:
 
 1. executors compute the partition values of their rows (vectorised transforms inside
    ``mapInArrow``), group each task's rows by partition (one Arrow sort) and write Lance
-   fragments with ``lance.fragment.write_fragments``, one partition at a time, so a task
-   never holds more than one open writer. A partition that already has a table is written
-   into that table's directory; a new one into a directory this job names itself
-   (``<hash of job id and object id>_<object_id>``), so no driver round trip is needed.
-   Only fragment metadata (and the values of new partitions) travel back;
-2. the driver creates the new partitions' tables (empty) and reserves them in one
-   ``__manifest`` commit. If a concurrent writer reserved one of them first, its row wins
-   and this job rewrites its rows for that partition into the winner's table;
-3. the driver commits each touched table and publishes them all in ONE ``__manifest`` commit.
+   fragments, one partition at a time, so a task never holds more than one open writer. A
+   partition that already has a table is written into that table's directory; a new one into
+   a directory this job names itself (``<hash of job id and object id>_<object_id>``), so no
+   driver round trip is needed. Only fragment metadata (and the values of new partitions)
+   travel back;
+2. the driver creates each new partition's table with every task's fragments as its first
+   version (:mod:`lancepart.write.create`);
+3. the driver commits each touched existing table and publishes everything in ONE
+   ``__manifest`` commit, which also adds the new partitions' rows. If a concurrent writer
+   published one of the new partitions first, its row wins and this job moves its rows for
+   that partition into the winner's table before publishing.
 
 A task that fails leaves only unreferenced files; nothing is published unless every task
 succeeded. Large partitions are split naturally: every task writes its own fragments.
@@ -30,20 +32,18 @@ from typing import Any
 
 import lance
 import pyarrow as pa
-from lance import LanceOperation
 
 from lancepart.ids import check_location
-from lancepart.manifest import commit_lock, join_uri
+from lancepart.manifest import join_uri
 from lancepart.namespace import PartitionedNamespace
-from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
+from lancepart.write.create import NewTables, create_tables
 from lancepart.write.local import check_mode
 from lancepart.write.plan import check_schema
 from lancepart.write.publish import TableWrite, already_published, fragments_from_json, publish
-from lancepart.write.reserve import remove_table_dir, reserve_partitions
 
 log = logging.getLogger("lancepart.spark")
 
@@ -77,6 +77,7 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from lancepart.error_mapping import storage_errors
         from lancepart.spec import PartitionSpec
+        from lancepart.write.create import write_new_fragments
         from lancepart.write.plan import conform, group_rows, partition_values
 
         spec = PartitionSpec.from_json(spec_json)
@@ -98,9 +99,12 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
                     location, keys = job_location(job_id, oid), _ipc(groups.keys.slice(i, 1))
                 # a full or forbidden store: a typed error naming the table directory (in the task's failure)
                 with storage_errors(join_uri(root, location), table=oid):
-                    written = lance.fragment.write_fragments(table.take(idx), join_uri(root, location),
-                                                             schema=schema, max_rows_per_file=max_rows_per_file,
-                                                             storage_options=so)
+                    if keys is not None:  # no table there yet: the driver creates it with every task's fragments
+                        written = write_new_fragments(table.take(idx), root, location, schema, max_rows_per_file, so)
+                    else:
+                        written = lance.fragment.write_fragments(table.take(idx), join_uri(root, location),
+                                                                 schema=schema, max_rows_per_file=max_rows_per_file,
+                                                                 storage_options=so)
                 for k, v in (("object_id", oid), ("location", location), ("num_rows", len(idx)), ("keys", keys),
                              ("fragments", json.dumps([f.to_json() for f in written]))):
                     out[k].append(v)
@@ -124,26 +128,6 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
                 yield out
 
     return run
-
-
-def _create_empty(root: str, location: str, schema: pa.Schema, so: Mapping[str, str] | None) -> int:
-    """Create the (empty) table in a directory that already holds this job's data files."""
-    uri = join_uri(root, location)
-    so_ = dict(so) if so else None
-    return lance.LanceDataset.commit(uri, LanceOperation.Overwrite(schema, []), storage_options=so_,
-                                     commit_lock=commit_lock(uri, so_)).version
-
-
-def _move_into(root: str, w: TableWrite, winner: str, schema: pa.Schema, so: Mapping[str, str] | None) -> None:
-    """A concurrent writer created the partition first: rewrite our rows into its table."""
-    so_ = dict(so) if so else None
-    uri = join_uri(root, w.location)
-    ours = lance.LanceDataset.commit(uri, LanceOperation.Update(removed_fragment_ids=[], new_fragments=w.fragments),
-                                     read_version=1, storage_options=so_, commit_lock=commit_lock(uri, so_))
-    w.fragments = lance.fragment.write_fragments(ours.to_table(), join_uri(root, winner), schema=schema,
-                                                 storage_options=so_)
-    remove_table_dir(root, w.location, so)  # local or object store; leftovers are unreferenced
-    w.location = winner
 
 
 def write(
@@ -200,42 +184,26 @@ def write(
     phases["write_s"] = round(time.monotonic() - t, 3)
     faults.checkpoint("after_fragments")
     writes: dict[str, TableWrite] = {}
-    new_keys: dict[str, bytes] = {}
     for r in rows:
         w = writes.setdefault(r["object_id"], TableWrite(r["object_id"], r["location"]))
         w.fragments.extend(fragments_from_json(json.loads(r["fragments"])))
         w.rows += r["num_rows"]
-        if r["keys"] is not None:
-            new_keys.setdefault(r["object_id"], r["keys"])
+        if r["keys"] is not None and w.keys is None:  # a new partition: its values, to add its rows
+            w.keys = pa.ipc.open_stream(r["keys"]).read_all()
     t = time.monotonic()
-    created = retries = 0
-    if new_keys:
-        oids = list(new_keys)
-        keys = pa.concat_tables([pa.ipc.open_stream(new_keys[o]).read_all() for o in oids])
-        versions = map_threads(lambda o: _create_empty(manifest.root, writes[o].location, schema, so), oids)
-        prepared = {o: (writes[o].location, v) for o, v in zip(oids, versions, strict=True)}
-        res = reserve_partitions(manifest, spec, [c.combine_chunks() for c in keys.columns], schema,
-                                 max_retries=max_retries, prepared=prepared)
-        created, retries = res.created, res.retries
-        # a partition that exists (a concurrent writer's, or another writer's found by its values
-        # under its own object_id, possibly declared only): move our rows into its table
-        lost = [(o, ref) for o, ref in zip(oids, res.tables, strict=True) if ref.location != writes[o].location]
-        map_threads(lambda item: _move_into(manifest.root, writes[item[0]], item[1].location, schema, so), lost)
-        for o, ref in lost:
-            if ref.object_id != o:
-                w = writes.pop(o)
-                into = writes.setdefault(ref.object_id, TableWrite(ref.object_id, ref.location))
-                into.fragments.extend(w.fragments)
-                into.rows += w.rows
-        if lost:
-            phases["adopted"] = len(lost)
+    # each new partition's table is created with every task's fragments, and published (or, if
+    # another writer published the partition first, its rows moved there) by the publish below
+    create_tables(manifest.root, schema, list(writes.values()), so)
     phases["reserve_s"] = round(time.monotonic() - t, 3)
     faults.checkpoint("after_reserve")
     t = time.monotonic()
+    new_tables = NewTables(manifest, spec, schema)
     result = publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
-                     partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries)
+                     max_retries=max_retries, started=started, new_tables=new_tables)
+    if new_tables.adopted:
+        phases["adopted"] = new_tables.adopted
     phases["publish_s"] = round(time.monotonic() - t, 3)
-    phases["fragments"] = sum(len(w.fragments) for w in writes.values())
+    phases["fragments"] = sum(len(w.fragments) for w in writes.values())  # as written by the tasks
     result.details.update(phases)
     log.info("published %s", json.dumps(result.to_dict(), default=str))
     return result

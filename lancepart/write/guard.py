@@ -40,18 +40,19 @@ def _local_path(uri: str) -> str | None:
 
 def check_files_present(
     root: str,
-    tables: Sequence[tuple[str, str, int, Sequence[FragmentMetadata]]],
+    tables: Sequence[tuple[str, str, int | None, Sequence[FragmentMetadata]]],
     storage_options: Mapping[str, str] | None = None,
 ) -> None:
     """Raise :class:`DataFilesMissingError` unless, for each ``(object_id, location, version,
-    fragments)``, ``version`` of the table still exists and every data file of ``fragments`` is
-    on storage. Nothing is published yet when this runs, so nothing is.
+    fragments)``, ``version`` of the table still exists (``None``: a table this write created) and
+    every data file of ``fragments`` is on storage. Nothing is published yet when this runs, so
+    nothing is.
 
     >>> # check_files_present(root, [("v1$...$dataset", "3f9a0c1e_v1$...$dataset", 5, frags)])
     """
     so = dict(storage_options) if storage_options else None
 
-    def version_gone(item: tuple[str, str, int, Sequence[FragmentMetadata]]) -> bool:
+    def version_gone(item: tuple[str, str, int | None, Sequence[FragmentMetadata]]) -> bool:
         try:
             lance.dataset(join_uri(root, item[1]), version=item[2], storage_options=so)
         except (OSError, ValueError, RuntimeError) as e:
@@ -60,7 +61,11 @@ def check_files_present(
             return True
         return False
 
-    for (oid, location, version, _), gone in zip(tables, map_threads(version_gone, tables), strict=True):
+    # a table this write created (version None) is its directory's only version, younger than the
+    # floor that keeps cleanup away from it: only removing the whole directory could take it, and
+    # that takes its data files, checked below
+    versioned = [t for t in tables if t[2] is not None]
+    for (oid, location, version, _), gone in zip(versioned, map_threads(version_gone, versioned), strict=True):
         if gone:
             raise DataFilesMissingError(
                 f"partition table {oid} at {join_uri(root, location)}: version {version}, committed by this write, "

@@ -1,9 +1,10 @@
-"""In-process write (no Spark): the same plan -> reserve -> fragments -> publish path.
+"""In-process write (no Spark): the same plan -> fragments -> publish path.
 
-Input is consumed in chunks of ``chunk_rows`` so memory stays bounded for a
-``RecordBatchReader``; each chunk's partitions are reserved, its groups written as Lance
-fragments straight into the partition tables, and the whole input published at the end
-in one ``__manifest`` commit.
+A ``pa.Table`` is planned in one pass; a ``RecordBatchReader`` is consumed in chunks of
+``chunk_rows`` so memory stays bounded. Each partition's rows are written as Lance fragments
+straight into its table, or, for a partition that has no table yet, into a directory of its own
+where the table is then created with them (:mod:`lancepart.write.create`); the whole input is
+published at the end in one ``__manifest`` commit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from lancepart import ids as _ids
 from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError
 from lancepart.manifest import join_uri
@@ -24,9 +26,10 @@ from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
+from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
 from lancepart.write.publish import TableWrite, already_published, publish
-from lancepart.write.reserve import TableRef, reserve_partitions
+from lancepart.write.reserve import reserve_partitions
 
 if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
@@ -92,32 +95,53 @@ def _write_local(
         from lancepart.quality import check
 
         check(data, expectations)
-    writes: dict[str, TableWrite] = {}
+    writes: dict[str, TableWrite] = {}  # by lancepart's table object id of the partition
     created = retries = 0
     so = manifest.storage_options
-    for chunk in _chunks(reader, chunk_rows):
+    # a table is in memory already: one pass, so each partition gets one fragment (per
+    # max_rows_per_file) however the table is chunked; a stream is cut into chunk_rows chunks
+    one_pass = isinstance(data, pa.Table)
+    chunks = [data] if one_pass else _chunks(reader, chunk_rows)
+    for chunk in chunks:
         table = conform(chunk, schema)
         groups = group_rows(partition_values(table, spec, schema), spec.id)
         faults.checkpoint("after_plan")
         if not groups.indices:
             continue
-        res = reserve_partitions(manifest, spec, groups.key_arrays, schema, max_retries=max_retries)
-        created += res.created
-        retries += res.retries
+        oids = groups.table_object_ids
+        unseen = [i for i, oid in enumerate(oids) if oid not in writes]  # seen in an earlier chunk: same table
+        if unseen:
+            # partitions with a table write into it; the others into a directory of their own, where
+            # their table is created with its data and published with everything (write/create.py)
+            take = pa.array(unseen, pa.int64())
+            res = reserve_partitions(manifest, spec, [a.take(take) for a in groups.key_arrays], schema,
+                                     max_retries=max_retries, create_missing=False)
+            created += res.created
+            retries += res.retries
+            for i, ref in zip(unseen, res.tables, strict=True):
+                writes[oids[i]] = (TableWrite(oids[i], _ids.table_location(oids[i]), keys=groups.keys.slice(i, 1))
+                                   if ref is None else TableWrite(ref.object_id, ref.location))
         faults.checkpoint("after_reserve")
 
-        def write_group(item: tuple[TableRef, np.ndarray], table: pa.Table = table) -> list:
-            ref, idx = item
-            frags = lance.fragment.write_fragments(table.take(idx), join_uri(manifest.root, ref.location),
-                                                   max_rows_per_file=max_rows_per_file, storage_options=so)
+        def write_group(item: tuple[TableWrite, np.ndarray], table: pa.Table = table) -> list:
+            w, idx = item
+            rows = table.take(idx)
+            if w.keys is not None and one_pass:  # all its rows at once: the table is born with them
+                frags, w.created = create_table_with(rows, manifest.root, w.location, schema, max_rows_per_file, so)
+            elif w.keys is not None:
+                frags = write_new_fragments(rows, manifest.root, w.location, schema, max_rows_per_file, so)
+            else:
+                frags = lance.fragment.write_fragments(rows, join_uri(manifest.root, w.location),
+                                                       max_rows_per_file=max_rows_per_file, storage_options=so)
             faults.checkpoint("after_fragments")
             return frags
 
         # one Lance write per partition, on the bounded driver thread pool (Lance releases the GIL)
-        items = list(zip(res.tables, groups.indices, strict=True))
-        for (ref, idx), frags in zip(items, map_threads(write_group, items), strict=True):
-            w = writes.setdefault(ref.object_id, TableWrite(ref.object_id, ref.location))
+        items = [(writes[oid], idx) for oid, idx in zip(oids, groups.indices, strict=True)]
+        for (w, idx), frags in zip(items, map_threads(write_group, items), strict=True):
             w.fragments.extend(frags)
             w.rows += len(idx)
+    create_tables(manifest.root, schema, list(writes.values()), so)
     return publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
-                   partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries)
+                   partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries,
+                   new_tables=NewTables(manifest, spec, schema))

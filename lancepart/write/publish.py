@@ -21,28 +21,40 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, LancepartError, PartitionPinnedError
-from lancepart.manifest import Manifest, ManifestSnapshot
+from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import batches, faults
 from lancepart.write.guard import check_files_present, commit_on_published
+from lancepart.write.reserve import remove_table_dir
 from lancepart.write.tables import commit_table
+
+if TYPE_CHECKING:
+    from lancepart.write.create import NewTables
 
 log = logging.getLogger("lancepart.write")
 
 
 @dataclass
 class TableWrite:
-    """Fragments a job wrote into one partition table."""
+    """Fragments a job wrote into one partition table.
+
+    ``keys`` (one row of partition values) marks a partition that had no table: ``location`` is
+    a directory this job named, and ``created`` the version of the table it created there with
+    exactly ``fragments`` (:mod:`lancepart.write.create`), published by adding its rows."""
 
     object_id: str
     location: str
     fragments: list[FragmentMetadata] = field(default_factory=list)
     rows: int = 0
+    keys: pa.Table | None = None
+    created: int | None = None
 
 
 def already_published(manifest: Manifest, snap: ManifestSnapshot, batch_id: str, started: float
@@ -53,7 +65,8 @@ def already_published(manifest: Manifest, snap: ManifestSnapshot, batch_id: str,
     if found is None:
         return None
     log.info("batch %r already published in __manifest version %d; skipping", batch_id, found.manifest_version)
-    return CommitResult(manifest_version=snap.version, batch_id=batch_id, skipped=True,
+    # the index may know a version newer than snap: report one at which the batch is visible
+    return CommitResult(manifest_version=max(snap.version, found.manifest_version), batch_id=batch_id, skipped=True,
                         seconds=round(time.monotonic() - started, 3),
                         details=batches.result_details(found, batches.batch_id_retention(snap.metadata)))
 
@@ -69,8 +82,10 @@ def publish(
     max_retries: int = 20,
     started: float | None = None,
     extra_retries: int = 0,
+    new_tables: NewTables | None = None,
 ) -> CommitResult:
-    """Commit every touched table and publish them in one ``__manifest`` commit."""
+    """Commit every touched table and publish them in one ``__manifest`` commit; ``new_tables``
+    adds the rows of the tables the write created with their data (``TableWrite.created``)."""
     started = time.monotonic() if started is None else started
     if batch_id is not None:
         batches.check_batch_id(batch_id)
@@ -91,11 +106,12 @@ def publish(
             return None, None
         if not writes and batch_id is None:
             return None, None
+        added, new_count = new_tables.rows(snap, by_oid) if new_tables is not None else (None, 0)
+        existing = [o for o, w in by_oid.items() if w.created is None]
         current = {r["object_id"]: r for r in
-                   snap.lookup(list(by_oid)).select(["object_id", "read_version", "read_branch", "read_tag"])
-                   .to_pylist()}
+                   snap.lookup(existing).select(["object_id", "read_version", "read_branch", "read_tag"]).to_pylist()}
         todo = []
-        for oid in by_oid:
+        for oid in existing:
             row = current.get(oid)
             if row is None:  # dropped (drop_partitions) while this write ran: a rerun reserves a fresh table
                 raise CommitConflictError(f"partition table {oid} was removed from __manifest (dropped) while this "
@@ -121,25 +137,33 @@ def publish(
         for (oid, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
             done[oid] = (published, version)
         faults.checkpoint("after_table_commits")
-        check_files_present(manifest.root, [(o, by_oid[o].location, done[o][1], by_oid[o].fragments) for o in by_oid],
-                            manifest.storage_options)
-        changes = snap.read_version_changes({oid: done[oid][1] for oid in by_oid})
+        check_files_present(manifest.root, [(o, w.location, None if w.created is not None else done[o][1],
+                                             w.fragments) for o, w in by_oid.items()], manifest.storage_options)
+        upserts = snap.read_version_changes({o: done[o][1] for o in existing}).upserts
+        if added is not None:
+            upserts = pa.concat_tables([upserts, added.select(upserts.schema.names).cast(upserts.schema)])
         faults.checkpoint("before_manifest_commit")
-        return changes, None
+        return ManifestChanges(upserts=upserts), new_count
 
     props = batches.transaction_properties(batch_id) if batch_id is not None else None
-    snap, _, retries = manifest.update(mutate, max_retries=max_retries, what="publish", transaction_properties=props)
+    snap, new_count, retries = manifest.update(mutate, max_retries=max_retries, what="publish",
+                                               transaction_properties=props)
+    writes = list(by_oid.values())  # new partitions found published by another writer were adopted
     skip = skipped["value"]
+    if skip is not None:  # the tables this write created are referenced by no __manifest version
+        for w in writes:
+            if w.created is not None:
+                remove_table_dir(manifest.root, w.location, manifest.storage_options)
     if skip is None and (writes or batch_id is not None):
         faults.checkpoint("after_manifest_commit")
         if batch_id is not None or batches.index_exists(manifest):
             batches.index_quietly(manifest, snap.version)
         manifest.protect(snap.metadata)  # older namespaces: from now on DirectoryNamespace may not rewrite it
     result = CommitResult(
-        manifest_version=snap.version,
+        manifest_version=snap.version if skip is None else max(snap.version, skip.manifest_version),
         rows_written=0 if skip is not None else sum(w.rows for w in writes),
         partitions_touched=0 if skip is not None else len(writes),
-        partitions_created=partitions_created,
+        partitions_created=partitions_created + (new_count or 0),
         retries=retries + extra_retries,
         batch_id=batch_id,
         skipped=skip is not None,

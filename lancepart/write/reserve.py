@@ -50,7 +50,7 @@ class TableRef:
 
 @dataclass(frozen=True)
 class Reservation:
-    tables: list[TableRef]  # one per input partition, in input order
+    tables: list[TableRef | None]  # one per input partition, in input order (None: missing, create_missing=False)
     created: int  # partitions this call added to __manifest
     snapshot: ManifestSnapshot
     retries: int
@@ -94,13 +94,19 @@ def reserve_partitions(
     *,
     max_retries: int = 20,
     prepared: Mapping[str, tuple[str, int]] | None = None,
+    create_missing: bool = True,
 ) -> Reservation:
     """Make sure every partition in ``values`` (one array per spec field, one entry per
     distinct partition) has its namespace and table rows; return their table refs.
 
     ``prepared`` maps table object ids to ``(location, version)`` of empty tables the caller
     already created (and may have written fragments next to); they are used instead of new
-    ones and never removed here, even when a concurrent writer's row wins."""
+    ones and never removed here, even when a concurrent writer's row wins.
+
+    ``create_missing=False`` only looks partitions up: one that has no table row gets ``None``
+    in :attr:`Reservation.tables` and nothing is created for it (the caller creates its table
+    with its data and publishes it: :mod:`lancepart.write.create`); declared tables are still
+    pinned."""
     if len(values) != len(spec.fields):
         raise ValueError(f"expected {len(spec.fields)} partition value arrays, got {len(values)}")
     n = len(values[0]) if values else 0
@@ -119,58 +125,73 @@ def reserve_partitions(
         for oid, location in existing.items():  # refuse an unsafe location before committing anything
             _ids.check_location(location, oid, manifest.root)
         declared = _pin_declared(manifest, snap, set(existing), table_schema, made)
+        if not create_missing:
+            missing = []
         if not missing and not declared:
             return None, 0
         pinned = snap.read_version_changes(declared).upserts if declared else snap.schema.empty_table()
         if not missing:
             return ManifestChanges(upserts=pinned), 0
-        known = set(snap.lookup([o for i in missing for o in ns_oids[i]]).column("object_id").to_pylist())
         fresh = list(dict.fromkeys(table_oids[i] for i in missing if table_oids[i] not in made))
         locations = [_ids.table_location(oid) for oid in fresh]
         versions = map_threads(lambda loc: create_empty_table(manifest.root, loc, table_schema,
                                                               manifest.storage_options), locations)
         made.update({oid: (loc, v) for oid, loc, v in zip(fresh, locations, versions, strict=True)})
-        # New rows, built column-wise in Arrow: the partition values never go through Python
-        # objects (a timestamp[ns] would become pandas' NaT, a date beyond year 9999 overflow).
-        oids: list[str] = []
-        tables: list[bool] = []
-        source: list[int] = []  # the partition each row describes
-        depth: list[int] = []  # how many partition fields the row carries (its level + 1)
-        seen: set[str] = set()
-
-        def add(object_id: str, table: bool, i: int, fields: int) -> None:
-            seen.add(object_id)
-            oids.append(object_id)
-            tables.append(table)
-            source.append(i)
-            depth.append(fields)
-
-        for i in missing:
-            oid = table_oids[i]
-            if oid in seen:
-                continue
-            for level in range(len(spec.fields)):
-                ns_oid = ns_oids[i][level]
-                if ns_oid not in seen and ns_oid not in known:
-                    add(ns_oid, False, i, level + 1)
-            add(oid, True, i, len(spec.fields))
-        new_rows = _manifest_rows(snap.schema, spec, values, oids, tables, source, depth,
-                                  [made[o][0] if t else None for o, t in zip(oids, tables, strict=True)],
-                                  [made[o][1] if t else None for o, t in zip(oids, tables, strict=True)])
-        return ManifestChanges(upserts=pa.concat_tables([pinned, new_rows])), sum(tables)
+        new_rows = partition_rows(snap, spec, values, ns_oids, table_oids, missing, made)
+        tables = int(pc.sum(pc.equal(new_rows.column("object_type"), "table")).as_py())
+        return ManifestChanges(upserts=pa.concat_tables([pinned, new_rows])), tables
 
     snap, created, retries = manifest.update(mutate, max_retries=max_retries, what="partition reservation")
     # Adopt rows that concurrent writers created; drop our own tables that lost the race.
     cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
     picked = {r["object_id"]: r for r in snap.lookup(resolved["tables"]).select(cols).to_pylist()}
-    refs = [TableRef(**picked[oid]) for oid in resolved["tables"]]
+    # all of them unless create_missing=False
+    refs: list[TableRef | None] = [TableRef(**picked[oid]) if oid in picked else None for oid in resolved["tables"]]
     for ref in refs:  # rows a concurrent writer made are checked like our own
-        _ids.check_location(ref.location, ref.object_id, manifest.root)
-    published = {r.location for r in refs}
+        if ref is not None:
+            _ids.check_location(ref.location, ref.object_id, manifest.root)
+    published = {r.location for r in refs if r is not None}
     for oid, (location, _) in made.items():
         if location not in published and oid not in (prepared or {}):
             remove_table_dir(manifest.root, location, manifest.storage_options)
     return Reservation(tables=refs, created=created, snapshot=snap, retries=retries)
+
+
+def partition_rows(snap: ManifestSnapshot, spec: PartitionSpec, values: Sequence[pa.Array],
+                   ns_oids: Sequence[Sequence[str] | None], table_oids: Sequence[str], missing: Sequence[int],
+                   made: Mapping[str, tuple[str, int]]) -> pa.Table:
+    """The ``__manifest`` rows that add partitions ``missing`` (indexes into ``values``, as
+    :func:`resolve_object_ids` resolved them under ``snap``): the namespace rows ``snap`` lacks
+    and one table row each, whose ``location`` and ``read_version`` come from ``made``
+    (table object id -> ``(location, version)``)."""
+    # Built column-wise in Arrow: the partition values never go through Python objects (a
+    # timestamp[ns] would become pandas' NaT, a date beyond year 9999 overflow).
+    known = set(snap.lookup([o for i in missing for o in (ns_oids[i] or ())]).column("object_id").to_pylist())
+    oids: list[str] = []
+    tables: list[bool] = []
+    source: list[int] = []  # the partition each row describes
+    depth: list[int] = []  # how many partition fields the row carries (its level + 1)
+    seen: set[str] = set()
+
+    def add(object_id: str, table: bool, i: int, fields: int) -> None:
+        seen.add(object_id)
+        oids.append(object_id)
+        tables.append(table)
+        source.append(i)
+        depth.append(fields)
+
+    for i in missing:
+        oid = table_oids[i]
+        if oid in seen:
+            continue
+        for level in range(len(spec.fields)):
+            ns_oid = ns_oids[i][level]
+            if ns_oid not in seen and ns_oid not in known:
+                add(ns_oid, False, i, level + 1)
+        add(oid, True, i, len(spec.fields))
+    return _manifest_rows(snap.schema, spec, values, oids, tables, source, depth,
+                          [made[o][0] if t else None for o, t in zip(oids, tables, strict=True)],
+                          [made[o][1] if t else None for o, t in zip(oids, tables, strict=True)])
 
 
 def _value_keys(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> dict[str, pa.Array]:
