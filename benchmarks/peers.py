@@ -4,7 +4,8 @@ In ONE process, on the same in-memory Arrow table (``--rows`` rows, default 2 M,
 numpy, seeded: user_id int64, shop_id int64 with ~1 000 distinct values, event_ts timestamp,
 event_date date32, country string, amount float64), each case runs every system once per round,
 rounds interleaved in a rotating order (round r starts with system r mod n), each round into a
-fresh directory. One untimed warm-up round comes first. Systems:
+fresh directory; the directories are removed after the case's last round. One untimed warm-up
+round comes first. Systems:
 
 * lancepart: ``PartitionedNamespace.write`` (in-process, default options)
 * delta-rs:  ``deltalake.write_deltalake(mode="append", partition_by=[...])``
@@ -224,6 +225,10 @@ def run_case(case: str, table: pa.Table, systems: list[str], rounds: int, work: 
     times: dict[str, list[float]] = {s: [] for s in systems}
     shapes: dict[str, dict] = {}
     values: dict[str, set[str]] = {}
+    # Output is removed after the last round, not after each run: a file system that has just
+    # freed many inodes allocates the next ones slowly (ext4 skips recently deleted inodes),
+    # which would penalise whichever system runs next, and most the one making most files.
+    written: list[str] = []
     for rnd in range(rounds + 1):  # round 0 warms every system up, untimed
         k = rnd % len(systems)
         order = systems[k:] + systems[:k]
@@ -241,9 +246,11 @@ def run_case(case: str, table: pa.Table, systems: list[str], rounds: int, work: 
                 times[s].append(dt)
             line.append(f"{s} {dt:.2f}s")
             del state
-            if not keep:
-                shutil.rmtree(root, ignore_errors=True)
+            written.append(root)
         print(f"{case} round {rnd}{' (warm-up)' if rnd == 0 else ''}: {', '.join(line)}", file=sys.stderr, flush=True)
+    if not keep:
+        for root in written:
+            shutil.rmtree(root, ignore_errors=True)
     formats = [s for s in systems if s in TABLE_FORMATS]
     ref = values[formats[0]] if formats else set()
     for s in formats:  # every table format wrote the same partitions

@@ -27,6 +27,7 @@ from lancepart.errors import (
 from lancepart.manifest import (
     Manifest,
     ManifestSnapshot,
+    SnapshotGone,
     manifest_schema,
     metadata_json,
     normalize_root,
@@ -104,11 +105,14 @@ class PartitionedNamespace:
     1
     """
 
-    def __init__(self, root: str, manifest: Manifest, snapshot: ManifestSnapshot) -> None:
+    def __init__(self, root: str, manifest: Manifest, snapshot: ManifestSnapshot | None = None) -> None:
         self.root = root
         self.storage_options = manifest.storage_options
         self._manifest = manifest
-        self._load(snapshot)
+        if snapshot is None:
+            self._load_latest(manifest)
+        else:
+            self._load(snapshot)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -152,13 +156,23 @@ class PartitionedNamespace:
              ) -> PartitionedNamespace:
         """Open an existing partitioned namespace; :class:`NamespaceNotFoundError` if there is none."""
         root_s = _resolve_root(root)
-        manifest = Manifest(root_s, storage_options)
-        return cls(root_s, manifest, manifest.snapshot())
+        return cls(root_s, Manifest(root_s, storage_options))
 
     def refresh(self) -> PartitionedNamespace:
         """Reload ``__manifest`` (specs, schema and partition table rows) at its latest version."""
-        self._load(self._manifest.snapshot())
+        self._load_latest(self._manifest)
         return self
+
+    def _load_latest(self, manifest: Manifest) -> None:
+        for _ in range(20):
+            try:
+                self._load(manifest.snapshot())
+                return
+            except SnapshotGone:
+                # the latest version was superseded and removed by a cleanup with a short retention
+                # between our open and our read: read the newer one
+                continue
+        raise CorruptNamespaceError(f"cannot read __manifest at {manifest.uri}: its latest version kept vanishing")
 
     def _follow(self) -> None:
         """Move to the latest ``__manifest`` version after this handle's own commit: its rows are

@@ -159,7 +159,7 @@ def write(
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     check_schema(_arrow_schema_of(df), schema)  # before any byte is written
-    snap = manifest.snapshot()
+    snap = ns.snapshot()  # read at open (its table rows too), retried if a cleanup removed it meanwhile
     if batch_id is not None and (done := already_published(manifest, snap, batch_id, started)):
         return done
     phases: dict[str, Any] = {}

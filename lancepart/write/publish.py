@@ -27,7 +27,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, LancepartError, PartitionPinnedError
-from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot
+from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, SnapshotGone
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import batches, faults
@@ -61,7 +61,10 @@ def already_published(manifest: Manifest, snap: ManifestSnapshot, batch_id: str,
                       ) -> CommitResult | None:
     """The skipped result of a write whose ``batch_id`` is already published as of ``snap``,
     else None: the early check that spares a rerun its work (publish checks again, atomically)."""
-    found = batches.find_batch(manifest, batch_id, snap)
+    try:
+        found = batches.find_batch(manifest, batch_id, snap)
+    except SnapshotGone:  # superseded and cleaned up since: the publish checks again, atomically
+        return None
     if found is None:
         return None
     log.info("batch %r already published in __manifest version %d; skipping", batch_id, found.manifest_version)
