@@ -86,22 +86,31 @@ def _write_local(
     check_schema(reader.schema, schema)  # before any byte is written
     if batch_id is not None and (done := already_published(manifest, manifest.snapshot(), batch_id, started)):
         return done
+    phases: dict[str, float] = {}  # seconds per phase, summed over the chunks (CommitResult.details)
     if expectations:
         if not isinstance(data, pa.Table):
             raise InvalidArgumentError("expectations need the whole input: pass a pa.Table, not a stream")
         from lancepart.quality import check
 
+        t = time.monotonic()
         check(data, expectations)
+        phases["expectations_s"] = time.monotonic() - t
     writes: dict[str, TableWrite] = {}
-    created = retries = 0
+    created = retries = chunks = 0
     so = manifest.storage_options
+    loop_started = time.monotonic()
     for chunk in _chunks(reader, chunk_rows):
+        chunks += 1
+        t = time.monotonic()
         table = conform(chunk, schema)
         groups = group_rows(partition_values(table, spec, schema), spec.id)
+        phases["plan_s"] = phases.get("plan_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_plan")
         if not groups.indices:
             continue
+        t = time.monotonic()
         res = reserve_partitions(manifest, spec, groups.key_arrays, schema, max_retries=max_retries)
+        phases["reserve_s"] = phases.get("reserve_s", 0.0) + time.monotonic() - t
         created += res.created
         retries += res.retries
         faults.checkpoint("after_reserve")
@@ -114,10 +123,22 @@ def _write_local(
             return frags
 
         # one Lance write per partition, on the bounded driver thread pool (Lance releases the GIL)
+        t = time.monotonic()
         items = list(zip(res.tables, groups.indices, strict=True))
         for (ref, idx), frags in zip(items, map_threads(write_group, items), strict=True):
             w = writes.setdefault(ref.object_id, TableWrite(ref.object_id, ref.location))
             w.fragments.extend(frags)
             w.rows += len(idx)
-    return publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
-                   partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries)
+        phases["write_s"] = phases.get("write_s", 0.0) + time.monotonic() - t
+    # reading the input (a RecordBatchReader may compute it): the loop's time outside the phases
+    loop_s = time.monotonic() - loop_started
+    phases["read_s"] = max(0.0, loop_s - sum(phases.get(k, 0.0) for k in ("plan_s", "reserve_s", "write_s")))
+    t = time.monotonic()
+    result = publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
+                     partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries)
+    phases["publish_s"] = time.monotonic() - t
+    for k in ("plan_s", "reserve_s", "write_s"):
+        phases.setdefault(k, 0.0)
+    result.details.update({k: round(v, 3) for k, v in phases.items()}, chunks=chunks,
+                          fragments=sum(len(w.fragments) for w in writes.values()))
+    return result

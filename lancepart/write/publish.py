@@ -81,6 +81,7 @@ def publish(
     done: dict[str, tuple[int | None, int]] = {}  # object_id -> (base read_version, our table version)
     overwrite = mode == "overwrite"
     skipped: dict[str, batches.BatchRecord | None] = {"value": None}
+    commit_tables_s = [0.0]  # table commits and their file checks, over every attempt
 
     def mutate(snap: ManifestSnapshot):
         # every version up to snap.version: a concurrent writer with the same id that committed
@@ -119,17 +120,22 @@ def publish(
             faults.checkpoint("after_table_commit")
             return version
 
+        t = time.monotonic()
         for (oid, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
             done[oid] = (published, version)
         faults.checkpoint("after_table_commits")
         check_files_present(manifest.root, [(o, by_oid[o].location, done[o][1], by_oid[o].fragments) for o in by_oid],
                             manifest.storage_options)
+        commit_tables_s[0] += time.monotonic() - t
         rows = snap.with_read_versions({oid: done[oid][1] for oid in by_oid})
         faults.checkpoint("before_manifest_commit")
         return rows, None
 
     props = batches.transaction_properties(batch_id) if batch_id is not None else None
+    update_started = time.monotonic()
     snap, _, retries = manifest.update(mutate, max_retries=max_retries, what="publish", transaction_properties=props)
+    # the __manifest part of the update: reading it, the batch-id check, the commit, and any retries
+    manifest_commit_s = time.monotonic() - update_started - commit_tables_s[0]
     skip = skipped["value"]
     if skip is None and (writes or batch_id is not None):
         faults.checkpoint("after_manifest_commit")
@@ -148,6 +154,7 @@ def publish(
         details=batches.result_details(skip, batches.batch_id_retention(snap.metadata)) if batch_id is not None
         else {},
     )
+    result.details.update(commit_tables_s=round(commit_tables_s[0], 3), manifest_commit_s=round(manifest_commit_s, 3))
     log.info("published %s", json.dumps(result.to_dict(), default=str))
     return result
 
