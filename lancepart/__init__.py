@@ -3,6 +3,8 @@
 >>> from lancepart import PartitionedNamespace, PartitionSpec, PartitionField
 """
 
+# first: sets LANCE_LOG (Lance's log filter) before anything imports lance
+from lancepart import _lance_log  # noqa: F401
 from lancepart.errors import (
     CommitConflictError,
     ExpectationFailedError,

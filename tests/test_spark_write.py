@@ -165,3 +165,38 @@ def test_failing_expectation_publishes_nothing(spark, ns):
     assert after.equals(before)
     ok = lps.write(to_df(spark, demo_events(100, start_id=5_000)), ns.root, expectations=expectations)
     assert ok.rows_written == 100 and "expectations_s" in ok.details
+
+
+def test_spark_write_reports_phase_timings(spark, ns):
+    """Issue 12 item 5: ``lps.write`` reports the time of each phase in ``details`` (present,
+    never negative; no thresholds), the gate's included when there is one."""
+    r = lps.write(to_df(spark, demo_events(2_000, seed=8)), ns.root, expectations=[{"type": "row_count", "min": 1}])
+    d = r.details
+    for key in ("expectations_s", "write_s", "reserve_s", "commit_tables_s", "manifest_commit_s", "publish_s"):
+        assert isinstance(d[key], float) and d[key] >= 0, (key, d)
+    assert d["fragments"] >= r.partitions_touched > 0
+
+
+def test_spark_write_does_not_log_lance_no_existing_dataset_per_fragment(tmp_path):
+    """Issue 12 item 5: Lance logged ``WARN ... No existing dataset at <table>, it will be created``
+    once per fragment written into a new partition table (256 lines for a 16 M-row job). A Spark
+    write prints none of them, also from a session the user started before importing lancepart;
+    with ``LANCE_LOG=warn`` given to the executors (the control) they are there, so the captured
+    output is the one that would show them."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "LANCE_LOG"}
+    env.update(PYTHONPATH=str(repo), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run([sys.executable, str(repo / "tests" / "spark_log_proc.py"), str(tmp_path)], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    versions = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert versions["quiet"] > 0 and versions["loud"] > 0
+    quiet, _, loud = proc.stderr.partition("=== LANCE_LOG=warn from here ===")
+    assert loud, proc.stderr[-2000:]
+    assert "No existing dataset" not in quiet, quiet[-2000:]
+    assert "No existing dataset" in loud  # the control: Lance's own filter shows them

@@ -17,6 +17,13 @@ def get_session(app_name: str = "lancepart", conf: Mapping[str, Any] | None = No
         builder = builder.config(k, str(v))
     # Arrow end to end between the JVM and Python workers
     builder = builder.config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    # Lance's log filter for every Python worker, unless the config or spark-submit --conf sets one
+    from pyspark import SparkConf
+
+    if "spark.executorEnv.LANCE_LOG" not in (conf or {}) and not SparkConf().contains("spark.executorEnv.LANCE_LOG"):
+        from lancepart import _lance_log
+
+        builder = builder.config("spark.executorEnv.LANCE_LOG", _lance_log.value())
     spark = builder.getOrCreate()
     if not master and spark.sparkContext.master is None:  # pragma: no cover - spark always sets one
         raise RuntimeError("no Spark master")
