@@ -408,12 +408,12 @@ def validate(data: Any, expectations: Sequence[Mapping[str, Any] | Expectation] 
     """Run the expectations on ``data`` with great_expectations and report every outcome; never raises on failure.
 
     ``data`` is a pyspark DataFrame, a pandas DataFrame or a ``pa.Table`` / ``pa.RecordBatch``
-    (validated with pandas). A Spark DataFrame is read in one pass: ONE Spark job collects the
-    columns the expectations name, as Arrow, and great_expectations' pandas engine evaluates every
-    expectation on the driver. When it has more than ``driver_max_rows`` rows (the job stops
-    collecting there), great_expectations' Spark engine validates it instead (about two Spark jobs
-    per expectation), on the DataFrame persisted for the duration and released afterwards, unless
-    it was cached already or ``spark_persist=False``.
+    (validated with pandas). A Spark DataFrame is persisted (unless it was cached already or
+    ``spark_persist=False``) and counted; with at most ``driver_max_rows`` rows, one more Spark job
+    collects the columns the expectations name, as Arrow, and great_expectations' pandas engine
+    evaluates every expectation on the driver: a fixed number of Spark jobs, whatever the number of
+    expectations. A larger one is validated by great_expectations' Spark engine (about two Spark
+    jobs per expectation). The DataFrame is released afterwards if the gate persisted it.
 
     >>> report = validate(pa.table({"amount": [-5.0, 3.0, 12000.0]}),
     ...                   [{"type": "between", "column": "amount", "min": 0, "max": 10000}])
@@ -429,15 +429,15 @@ def validate(data: Any, expectations: Sequence[Mapping[str, Any] | Expectation] 
     gx = _import_gx()
     gx_engine = "spark" if engine == "spark" else "pandas"
     values = engine  # how result values are turned into plain Python (see _plain)
-    persisted = False
+    # read at least twice (count, collect; GE's Spark engine: ~2 jobs per expectation): compute it once
+    persisted = engine == "spark" and spark_persist and not frame.is_cached
+    if persisted:
+        frame.persist()
     try:
         if engine == "spark":
             local = _collect_for_driver(frame, parsed, columns, driver_max_rows)
             if local is not None:
                 frame, gx_engine, values = local, "pandas", "collected"
-            elif spark_persist and not frame.is_cached:  # GE's Spark engine reads it many times
-                frame.persist()
-                persisted = True
         by_slot, slot_of = _run_gx(gx, parsed, frame, gx_engine)
     finally:
         if persisted:
@@ -468,9 +468,9 @@ def _run_gx(gx: Any, parsed: list[Expectation], frame: Any, gx_engine: str) -> t
 
 
 def _collect_for_driver(df: Any, parsed: list[Expectation], columns: list[str], max_rows: int) -> Any:
-    """The pandas DataFrame great_expectations validates on the driver for Spark input ``df``,
-    collected in one Spark job, or None when ``df`` has more than ``max_rows`` rows (then GE's
-    Spark engine runs on it; the job collects at most ``max_rows + 1`` rows either way).
+    """The pandas DataFrame great_expectations validates on the driver for Spark input ``df``
+    (counted, then collected in one Spark job), or None when ``df`` has more than ``max_rows``
+    rows (then GE's Spark engine runs on it and nothing is collected).
 
     Only the columns the expectations name are collected (all of them when an escape-hatch
     expectation names none, e.g. ``expect_table_columns_to_match_set``). A column an
@@ -482,17 +482,17 @@ def _collect_for_driver(df: Any, parsed: list[Expectation], columns: list[str], 
     from pyspark.sql import functions as F
 
     wanted = _columns_needed(parsed, columns)
-    # table-level expectations only: the row count is all they read, one literal column carries it
-    selected = [F.col("`" + c.replace("`", "``") + "`") for c in wanted] or [F.lit(0).alias("row")]
     try:
-        table = df.select(*selected).limit(max_rows + 1).toArrow()
-    except Exception as e:  # the Spark job failed: a package missing on the executors is no data verdict
+        # a count first: a limit on the collect would shuffle every partition's rows into one
+        rows = df.count()
+        if rows > max_rows:
+            return None
+        if not wanted:  # table-level expectations only: the row count is all they read
+            return pd.DataFrame(index=pd.RangeIndex(rows))
+        table = df.select(*[F.col("`" + c.replace("`", "``") + "`") for c in wanted]).toArrow()
+    except Exception as e:  # a Spark job failed: a package missing on the executors is no data verdict
         _raise_if_missing_module(str(e), "spark")
         raise
-    if table.num_rows > max_rows:
-        return None
-    if not wanted:
-        return pd.DataFrame(index=pd.RangeIndex(table.num_rows))
     return _arrow_to_pandas(_wall_time(table), floats=True)
 
 
