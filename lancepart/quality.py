@@ -397,9 +397,9 @@ def _range_words(kw: Mapping[str, Any]) -> str:
 # running
 
 
-#: Spark input of at most this many rows is collected (only the columns the expectations read) in
-#: one Spark job and validated with great_expectations' pandas engine on the driver; larger input
-#: is validated on Spark by great_expectations' Spark engine. See docs/quality.md "How it runs".
+#: Spark input of at most this many rows is collected (only the columns the expectations read) and
+#: validated with great_expectations' pandas engine on the driver; larger input is validated on
+#: Spark by great_expectations' Spark engine. See docs/quality.md "How great_expectations is run".
 DRIVER_MAX_ROWS = 2_000_000
 
 
@@ -470,7 +470,8 @@ def _run_gx(gx: Any, parsed: list[Expectation], frame: Any, gx_engine: str) -> t
 def _collect_for_driver(df: Any, parsed: list[Expectation], columns: list[str], max_rows: int) -> Any:
     """The pandas DataFrame great_expectations validates on the driver for Spark input ``df``
     (counted, then collected in one Spark job), or None when ``df`` has more than ``max_rows``
-    rows (then GE's Spark engine runs on it and nothing is collected).
+    rows or cannot be counted or collected as Arrow (then GE's Spark engine runs on it, as it
+    always did, and reports what it can; a package missing on the executors is raised here).
 
     Only the columns the expectations name are collected (all of them when an escape-hatch
     expectation names none, e.g. ``expect_table_columns_to_match_set``). A column an
@@ -490,9 +491,9 @@ def _collect_for_driver(df: Any, parsed: list[Expectation], columns: list[str], 
         if not wanted:  # table-level expectations only: the row count is all they read
             return pd.DataFrame(index=pd.RangeIndex(rows))
         table = df.select(*[F.col("`" + c.replace("`", "``") + "`") for c in wanted]).toArrow()
-    except Exception as e:  # a Spark job failed: a package missing on the executors is no data verdict
+    except Exception as e:  # a package missing on the executors is no data verdict
         _raise_if_missing_module(str(e), "spark")
-        raise
+        return None  # e.g. a column type Arrow cannot carry
     return _arrow_to_pandas(_wall_time(table), floats=True)
 
 

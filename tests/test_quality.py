@@ -420,3 +420,15 @@ def test_spark_table_level_only_and_empty_input_on_the_driver(spark) -> None:
     assert (rc.success, rc.message) == (False, "observed 0 rows, expected between 1 and 10000000")
     assert (nn.success, nn.unexpected_count, nn.element_count) == (True, 0, 0)
     assert (s.success, s.unexpected_count) == (True, 0)
+
+
+@pytest.mark.spark
+def test_spark_batch_arrow_cannot_carry_goes_to_the_spark_engine(spark) -> None:
+    """A column type Arrow cannot carry (an interval) makes the collect fail: the gate then runs
+    great_expectations' Spark engine, as it always did, instead of failing."""
+    df = spark.range(5).selectExpr("id", "make_interval(0, 0, 0, 1) AS gap")
+    items = [{"type": "great_expectations", "expectation": "expect_table_column_count_to_equal",
+              "kwargs": {"value": 2}}, {"type": "row_count", "min": 1}]
+    report = validate(df, items)
+    assert report.gx_engine == "spark" and report.success, str(report)
+    assert not df.is_cached
