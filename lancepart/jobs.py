@@ -70,9 +70,15 @@ def source_dataframe(spark, cfg: JobConfig):
 
 def run_ingest(cfg: JobConfig) -> dict[str, Any]:
     """Open (or create) the namespace, read the source, gate it, write it and publish it once."""
+    from pyspark.sql import SparkSession  # noqa: F401 - imported here, before great_expectations starts importing
+
     from lancepart.spark import write
     from lancepart.spark.session import get_session
 
+    if cfg.expectations:  # the import of great_expectations overlaps the start of the Spark session
+        from lancepart.quality import preload
+
+        preload()
     spark = get_session(cfg.spark.get("app_name", "lancepart-ingest"), cfg.spark.get("conf"))
     ns, created_ns = open_or_create(cfg)
     df = source_dataframe(spark, cfg)

@@ -25,6 +25,7 @@ import os
 import platform
 import re
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -41,6 +42,7 @@ __all__ = [
     "QualityReport",
     "check",
     "parse_expectations",
+    "preload",
     "validate",
 ]
 
@@ -159,7 +161,8 @@ class QualityReport:
     success: bool
     results: list[ExpectationOutcome]
     seconds: float = 0.0
-    engine: str = ""  # "spark" or "pandas": what great_expectations ran on
+    engine: str = ""  # "spark" or "pandas": the input's kind
+    gx_engine: str = ""  # Spark input: "pandas" (collected, validated on the driver) or "spark"
 
     @property
     def failed(self) -> list[ExpectationOutcome]:
@@ -180,12 +183,13 @@ class QualityReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"success": self.success, "seconds": self.seconds, "engine": self.engine,
-                "results": [r.to_dict() for r in self.results]}
+                "gx_engine": self.gx_engine, "results": [r.to_dict() for r in self.results]}
 
     def __str__(self) -> str:
         passed = sum(r.success for r in self.results)
         head = (f"quality gate {'ok' if self.success else 'FAILED'}: {passed} of {len(self.results)} expectations "
-                f"passed ({self.engine or 'no data read'}, {self.seconds:.2f} s)")
+                f"passed ({self.engine or 'no data read'}{' -> ' + self.gx_engine if self.gx_engine else ''}, "
+                f"{self.seconds:.2f} s)")
         lines = [f"  {'ok' if r.success else 'FAILED':<6} {r.name}: {r.message}" for r in self.results]
         return "\n".join([head, *lines])
 
@@ -393,14 +397,23 @@ def _range_words(kw: Mapping[str, Any]) -> str:
 # running
 
 
+#: Spark input of at most this many rows is collected (only the columns the expectations read) and
+#: validated with great_expectations' pandas engine on the driver; larger input is validated on
+#: Spark by great_expectations' Spark engine. See docs/quality.md "How great_expectations is run".
+DRIVER_MAX_ROWS = 2_000_000
+
+
 def validate(data: Any, expectations: Sequence[Mapping[str, Any] | Expectation] | None, *,
-             spark_persist: bool = True) -> QualityReport:
+             spark_persist: bool = True, driver_max_rows: int = DRIVER_MAX_ROWS) -> QualityReport:
     """Run the expectations on ``data`` with great_expectations and report every outcome; never raises on failure.
 
-    ``data`` is a pyspark DataFrame (validated on Spark), a pandas DataFrame or a ``pa.Table`` /
-    ``pa.RecordBatch`` (validated with pandas). A Spark DataFrame is persisted while
-    great_expectations runs its queries (about two Spark jobs per expectation) and released
-    afterwards, unless it was cached already or ``spark_persist=False``.
+    ``data`` is a pyspark DataFrame, a pandas DataFrame or a ``pa.Table`` / ``pa.RecordBatch``
+    (validated with pandas). A Spark DataFrame is persisted (unless it was cached already or
+    ``spark_persist=False``) and counted; with at most ``driver_max_rows`` rows, one more Spark job
+    collects the columns the expectations name, as Arrow, and great_expectations' pandas engine
+    evaluates every expectation on the driver: a fixed number of Spark jobs, whatever the number of
+    expectations. A larger one is validated by great_expectations' Spark engine (about two Spark
+    jobs per expectation). The DataFrame is released afterwards if the gate persisted it.
 
     >>> report = validate(pa.table({"amount": [-5.0, 3.0, 12000.0]}),
     ...                   [{"type": "between", "column": "amount", "min": 0, "max": 10000}])
@@ -414,34 +427,101 @@ def validate(data: Any, expectations: Sequence[Mapping[str, Any] | Expectation] 
         return QualityReport(success=True, results=[], seconds=time.perf_counter() - started, engine=engine)
 
     gx = _import_gx()
-    context = _ephemeral_context(gx)
-    suite, slot_of = _suite(gx, context, parsed)
-    if engine == "spark":
-        # persist=False: we cache ourselves below, so we can also release it afterwards.
-        source = context.data_sources.add_spark("lancepart_spark", persist=False)
-    else:
-        source = context.data_sources.add_pandas("lancepart_pandas")
-    batch_definition = source.add_dataframe_asset("batch").add_batch_definition_whole_dataframe("whole")
-
+    gx_engine = "spark" if engine == "spark" else "pandas"
+    values = engine  # how result values are turned into plain Python (see _plain)
+    # read at least twice (count, collect; GE's Spark engine: ~2 jobs per expectation): compute it once
     persisted = engine == "spark" and spark_persist and not frame.is_cached
     if persisted:
         frame.persist()
     try:
-        batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
-        suite_result = batch.validate(suite, result_format=_RESULT_FORMAT)
+        if engine == "spark":
+            local = _collect_for_driver(frame, parsed, columns, driver_max_rows)
+            if local is not None:
+                frame, gx_engine, values = local, "pandas", "collected"
+        by_slot, slot_of = _run_gx(gx, parsed, frame, gx_engine)
     finally:
         if persisted:
-            frame.unpersist()
+            data.unpersist()
 
-    by_slot = {r.expectation_config.meta.get(_SLOT): r for r in suite_result.results}
-    _check_dependencies(by_slot.values(), engine)
-    outcomes = [_outcome(e, by_slot.get(slot), columns, engine) for e, slot in zip(parsed, slot_of, strict=True)]
+    _check_dependencies(by_slot.values(), gx_engine)
+    outcomes = [_outcome(e, by_slot.get(slot), columns, values)
+                for e, slot in zip(parsed, slot_of, strict=True)]
     return QualityReport(success=all(o.success for o in outcomes), results=outcomes,
-                         seconds=time.perf_counter() - started, engine=engine)
+                         seconds=time.perf_counter() - started, engine=engine,
+                         gx_engine=gx_engine if engine == "spark" else "")
+
+
+def _run_gx(gx: Any, parsed: list[Expectation], frame: Any, gx_engine: str) -> tuple[dict[int, Any], list[int]]:
+    """One suite with every expectation, validated in one ``batch.validate`` on ``frame``: the
+    results by suite slot, and for each parsed expectation the slot it reads (see _suite)."""
+    context = _ephemeral_context(gx)
+    suite, slot_of = _suite(gx, context, parsed)
+    if gx_engine == "spark":
+        # persist=False: validate() caches the frame itself, so it can also release it afterwards.
+        source = context.data_sources.add_spark("lancepart_spark", persist=False)
+    else:
+        source = context.data_sources.add_pandas("lancepart_pandas")
+    batch_definition = source.add_dataframe_asset("batch").add_batch_definition_whole_dataframe("whole")
+    batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
+    suite_result = batch.validate(suite, result_format=_RESULT_FORMAT)
+    return {r.expectation_config.meta.get(_SLOT): r for r in suite_result.results}, slot_of
+
+
+def _collect_for_driver(df: Any, parsed: list[Expectation], columns: list[str], max_rows: int) -> Any:
+    """The pandas DataFrame great_expectations validates on the driver for Spark input ``df``
+    (counted, then collected in one Spark job), or None when ``df`` has more than ``max_rows``
+    rows or cannot be counted or collected as Arrow (then GE's Spark engine runs on it, as it
+    always did, and reports what it can; a package missing on the executors is raised here).
+
+    Only the columns the expectations name are collected (all of them when an escape-hatch
+    expectation names none, e.g. ``expect_table_columns_to_match_set``). A column an
+    expectation names that ``df`` lacks is left out, so great_expectations reports it missing.
+    Values keep Spark's meaning: NaN stays a value distinct from null (nullable pandas float
+    dtypes), and a TIMESTAMP becomes the session time zone's wall time, as Spark compares it.
+    """
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    wanted = _columns_needed(parsed, columns)
+    try:
+        # a count first: a limit on the collect would shuffle every partition's rows into one
+        rows = df.count()
+        if rows > max_rows:
+            return None
+        if not wanted:  # table-level expectations only: the row count is all they read
+            return pd.DataFrame(index=pd.RangeIndex(rows))
+        table = df.select(*[F.col("`" + c.replace("`", "``") + "`") for c in wanted]).toArrow()
+    except Exception as e:  # a package missing on the executors is no data verdict
+        _raise_if_missing_module(str(e), "spark")
+        return None  # e.g. a column type Arrow cannot carry
+    return _arrow_to_pandas(_wall_time(table), floats=True)
+
+
+def _columns_needed(parsed: list[Expectation], columns: list[str]) -> list[str]:
+    """The existing columns the expectations read, in ``columns`` order; all of them when an
+    expectation may read columns it does not name (an escape hatch naming no column)."""
+    named: set[str] = set()
+    for e in parsed:
+        cols = _referenced_columns(e)
+        if e.type == "great_expectations" and not cols:
+            return list(columns)
+        named.update(cols)
+    return [c for c in columns if c in named]
+
+
+def _wall_time(table: pa.Table) -> pa.Table:
+    """Time-zone-aware timestamps as naive wall time in their zone (Spark hands TIMESTAMP over in
+    the session zone, and compares it with a literal in that zone)."""
+    import pyarrow.compute as pc
+
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+            table = table.set_column(i, f.name, pc.local_timestamp(table.column(i)))
+    return table
 
 
 def check(data: Any, expectations: Sequence[Mapping[str, Any] | Expectation] | None, *,
-          spark_persist: bool = True) -> QualityReport:
+          spark_persist: bool = True, driver_max_rows: int = DRIVER_MAX_ROWS) -> QualityReport:
     """:func:`validate`, then raise ExpectationFailedError (with ``.report``) if any expectation failed.
 
     >>> check(pa.table({"id": [1, None]}), [{"type": "not_null", "column": "id"}])
@@ -450,7 +530,7 @@ def check(data: Any, expectations: Sequence[Mapping[str, Any] | Expectation] | N
     lancepart.errors.ExpectationFailedError: 1 of 1 expectations failed: not_null(id): 1 of 2 rows unexpected, \
 e.g. [None]
     """
-    report = validate(data, expectations, spark_persist=spark_persist)
+    report = validate(data, expectations, spark_persist=spark_persist, driver_max_rows=driver_max_rows)
     if not report.success:
         err = ExpectationFailedError(report.failure_message())
         err.report = report  # type: ignore[attr-defined]
@@ -478,7 +558,9 @@ def _as_frame(data: Any) -> tuple[str, Any, list[str]]:
         f"data must be a pyspark DataFrame, pandas DataFrame, pa.Table or pa.RecordBatch, got {type(data).__name__}")
 
 
-def _arrow_to_pandas(table: pa.Table) -> Any:
+def _arrow_to_pandas(table: pa.Table, *, floats: bool = False) -> Any:
+    """pandas with nullable integer and boolean dtypes; ``floats``: nullable float dtypes too, so
+    NaN stays a value and only a null is null (Spark's meaning; plain pandas folds NaN into null)."""
     import pandas as pd
 
     # Nullable pandas dtypes keep integers integers when a column has nulls (else 2 -> 2.0 in examples).
@@ -487,10 +569,38 @@ def _arrow_to_pandas(table: pa.Table) -> Any:
         pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
         pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(), pa.bool_(): pd.BooleanDtype(),
     }
+    if floats:
+        nullable.update({pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype()})
     return table.to_pandas(types_mapper=nullable.get)
 
 
+_preloading: list[threading.Thread] = []
+
+
+def preload() -> None:
+    """Start importing great_expectations in a background thread, so the seconds it takes overlap
+    with other start-up work (a job calls this before it starts its Spark session). The gate then
+    waits for that import to end; an import error is raised by the gate, as without preload."""
+    if "great_expectations" in sys.modules or _preloading:
+        return
+
+    def run() -> None:
+        try:
+            _import_gx_now()
+        except BaseException:  # the gate imports again and reports it
+            pass
+
+    _preloading.append(threading.Thread(target=run, name="lancepart-gx-import", daemon=True))
+    _preloading[0].start()
+
+
 def _import_gx() -> Any:
+    if _preloading and _preloading[0] is not threading.current_thread():
+        _preloading[0].join()
+    return _import_gx_now()
+
+
+def _import_gx_now() -> Any:
     # Analytics off unless the user decided otherwise; must be set before the first import.
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     try:
@@ -595,17 +705,22 @@ def _check_dependencies(results: Any, engine: str) -> None:
     """A package missing where the data is computed (a Spark executor without a module the
     DataFrame's Python code imports) makes great_expectations report every expectation as failed
     to evaluate: that is no data-quality verdict. Raise :class:`MissingDependencyError` naming it."""
-    from lancepart.error_mapping import missing_module
-
     for r in results:
         error = _raised(getattr(r, "exception_info", None))
-        package = missing_module(error) if error else None
-        if package:
-            where = "on the Spark executors" if engine == "spark" else f"on {platform.node()}"
-            raise MissingDependencyError(
-                f"package {package!r} cannot be imported {where}, so the data-quality expectations could not be "
-                f"evaluated (no verdict on the data; nothing was published). Ship it to the executors "
-                f"(spark-submit --py-files / the executors' Python environment) and run again")
+        if error:
+            _raise_if_missing_module(error, engine)
+
+
+def _raise_if_missing_module(error: str, engine: str) -> None:
+    from lancepart.error_mapping import missing_module
+
+    package = missing_module(error)
+    if package:
+        where = "on the Spark executors" if engine == "spark" else f"on {platform.node()}"
+        raise MissingDependencyError(
+            f"package {package!r} cannot be imported {where}, so the data-quality expectations could not be "
+            f"evaluated (no verdict on the data; nothing was published). Ship it to the executors "
+            f"(spark-submit --py-files / the executors' Python environment) and run again")
 
 
 def _raised(exception_info: Any) -> str | None:
@@ -629,9 +744,15 @@ def _referenced_columns(e: Expectation) -> list[str]:
 
 
 def _plain(v: Any, engine: str) -> Any:
-    """A plain Python value: numpy scalars unwrapped, pandas' NaN/NA/NaT (all 'null' there) as None."""
+    """A plain Python value: numpy scalars unwrapped, pandas' NaN/NA/NaT (all 'null' there) as None;
+    ``collected`` (Spark input validated with pandas, nullable floats): NaN is a value and stays."""
     if hasattr(v, "item") and type(v).__module__ == "numpy":
         v = v.item()
+    if engine == "collected":
+        pd = sys.modules.get("pandas")
+        if pd is not None and isinstance(v, pd.Timestamp) and v is not pd.NaT:
+            return v.to_pydatetime()
+        return None if v is None or (pd is not None and (v is pd.NA or v is pd.NaT)) else v
     if engine == "pandas":
         pd = sys.modules.get("pandas")
         if pd is not None and isinstance(v, pd.Timestamp) and v is not pd.NaT:

@@ -62,13 +62,19 @@ def test_spark_submit_wrapper_runs_the_job(tmp_path):
     cfg["source"]["rows"] = 20_000
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK") and k != "LANCE_LOG"}
     proc = subprocess.run([str(REPO / "spark-submit.sh"), "jobs/ingest.py", "--config", str(path), "--master",
                            "local[2]"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert summary["rows_written"] == 20_000 and summary["partitions_touched"] == 140
     assert summary["batch_id"] == cfg["batch_id"]
+    # issue 12 item 5: no Lance "No existing dataset ..., it will be created" warning per fragment
+    assert "No existing dataset" not in proc.stderr, proc.stderr[-2000:]
+    # every phase is timed, the quality gate's too
+    details = summary["details"]
+    for key in ("expectations_s", "write_s", "reserve_s", "commit_tables_s", "manifest_commit_s", "publish_s"):
+        assert details[key] >= 0, (key, details)
 
 
 def test_job_exit_code_on_bad_config(tmp_path):

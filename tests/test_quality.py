@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from lancepart.errors import ConfigError, ExpectationFailedError, InvalidArgumentError
-from lancepart.quality import Expectation, QualityReport, check, parse_expectations, validate
+from lancepart.quality import DRIVER_MAX_ROWS, Expectation, QualityReport, check, parse_expectations, validate
 
 N = 1000
 COUNTRIES = ["US", "FR", "DE", "JP", "BR"]
@@ -300,13 +300,15 @@ def test_validate_and_check_parse_first() -> None:
 
 
 @pytest.mark.spark
-def test_spark_failures_with_exact_counts_and_message(spark) -> None:
+@pytest.mark.parametrize(("driver_max_rows", "gx_engine"), [(DRIVER_MAX_ROWS, "pandas"), (0, "spark")],
+                         ids=["collected", "spark-engine"])
+def test_spark_failures_with_exact_counts_and_message(spark, driver_max_rows: int, gx_engine: str) -> None:
     df = spark.createDataFrame(dirty_table())
     items = [*BASIC, GX_LENGTHS, {"type": "not_null", "column": "nope"}]
     with pytest.raises(ExpectationFailedError) as info:
-        check(df, items)
+        check(df, items, driver_max_rows=driver_max_rows)
     report = info.value.report
-    assert report.engine == "spark"
+    assert (report.engine, report.gx_engine) == ("spark", gx_engine)
     by_name = {o.name: o for o in report.results}
     for item, unexpected, examples in FAILURES:
         o = report.results[items.index(item)]
@@ -347,3 +349,86 @@ def test_spark_empty_input_fails_row_count_min_1(spark) -> None:
     assert (rc.success, rc.observed_value, rc.message) == (False, 0, "observed 0 rows, expected between 1 and 10000000")
     assert (nn.success, nn.unexpected_count, nn.element_count) == (True, 0, 0)
     assert (s.success, s.unexpected_count) == (True, 0)
+
+
+def _spark_jobs(spark, group: str) -> int:
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.spark
+def test_spark_gate_is_one_pass_and_agrees_with_the_spark_engine(spark) -> None:
+    """Issue 12 item 4: the gate reads a small Spark batch with a fixed number of Spark jobs (a
+    count and one Arrow collect of the named columns), not ~2 Spark jobs per expectation;
+    great_expectations' pandas engine evaluates every expectation on the driver, and each outcome
+    (success, counts, examples, message) is the one great_expectations' Spark engine gives on the
+    same DataFrame."""
+    t = dirty_table()
+    t = t.append_column("ts", pa.array([datetime.datetime(2025, 1, 1 + i % 28) for i in range(N - 1)]
+                                       + [datetime.datetime(2024, 12, 31)], pa.timestamp("us")))
+    df = spark.createDataFrame(t)
+    items = [*ALL, {"type": "between", "column": "ts", "min": "2025-01-01T00:00:00"},
+             {"type": "great_expectations", "expectation": "expect_column_max_to_be_between",
+              "kwargs": {"column": "amount", "max_value": 10000}},
+             {"type": "great_expectations", "expectation": "expect_table_columns_to_match_set",
+              "kwargs": {"column_set": ["id", "amount"], "exact_match": True}},
+             {"type": "not_null", "column": "nope"}]
+    sc = spark.sparkContext
+    try:
+        sc.setJobGroup("lancepart-gate-one", "gate")
+        validate(df, [NOT_NULL])
+        sc.setJobGroup("lancepart-gate-collected", "gate")
+        fast = validate(df, items)
+        sc.setJobGroup("lancepart-gate-spark", "gate")
+        slow = validate(df, items, driver_max_rows=0)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert (fast.gx_engine, slow.gx_engine) == ("pandas", "spark")
+    one, many, spark_engine = (_spark_jobs(spark, f"lancepart-gate-{g}") for g in ("one", "collected", "spark"))
+    assert many == one <= 4 < spark_engine, (one, many, spark_engine)
+    for a, b in zip(fast.results, slow.results, strict=True):
+        assert (a.name, a.success, a.unexpected_count, a.element_count, a.observed_value) == \
+            (b.name, b.success, b.unexpected_count, b.element_count, b.observed_value), a.name
+        assert sorted(a.examples, key=repr) == sorted(b.examples, key=repr), a.name
+        assert a.message.split(", e.g.")[0] == b.message.split(", e.g.")[0], a.name
+    assert [o.success for o in fast.results][-5:] == [False, False, False, False, False]
+    assert str(fast).startswith("quality gate FAILED: 1 of 11 expectations passed (spark -> pandas, ")
+    assert not df.is_cached
+
+
+@pytest.mark.spark
+def test_spark_gate_keeps_nan_apart_from_null(spark) -> None:
+    """Spark's meaning survives the collect: NaN is a value (not_null passes it), outside any
+    range (between counts it), and a null is still only a null."""
+    df = spark.createDataFrame(pa.table({"amount": pa.array([1.0, float("nan"), None, -1.0])}))
+    items = [{"type": "not_null", "column": "amount"}, {"type": "between", "column": "amount", "min": 0, "max": 10}]
+    for report in (validate(df, items), validate(df, items, driver_max_rows=0)):
+        nn, bt = report.results
+        assert (nn.unexpected_count, nn.examples) == (1, [None]), report.gx_engine
+        assert bt.unexpected_count == 2 and -1.0 in bt.examples, report.gx_engine
+
+
+@pytest.mark.spark
+def test_spark_table_level_only_and_empty_input_on_the_driver(spark) -> None:
+    """row_count alone collects no column; an empty batch fails row_count min 1 either way."""
+    df = spark.createDataFrame(clean_table())
+    (rc,) = validate(df, [ROW_COUNT]).results
+    assert (rc.success, rc.observed_value, rc.message) == (True, N, "1000 rows")
+    empty = spark.createDataFrame(clean_table().slice(0, 0))
+    report = validate(empty, [ROW_COUNT, NOT_NULL, IN_SET])
+    assert report.gx_engine == "pandas"
+    rc, nn, s = report.results
+    assert (rc.success, rc.message) == (False, "observed 0 rows, expected between 1 and 10000000")
+    assert (nn.success, nn.unexpected_count, nn.element_count) == (True, 0, 0)
+    assert (s.success, s.unexpected_count) == (True, 0)
+
+
+@pytest.mark.spark
+def test_spark_batch_arrow_cannot_carry_goes_to_the_spark_engine(spark) -> None:
+    """A column type Arrow cannot carry (an interval) makes the collect fail: the gate then runs
+    great_expectations' Spark engine, as it always did, instead of failing."""
+    df = spark.range(5).selectExpr("id", "make_interval(0, 0, 0, 1) AS gap")
+    items = [{"type": "great_expectations", "expectation": "expect_table_column_count_to_equal",
+              "kwargs": {"value": 2}}, {"type": "row_count", "min": 1}]
+    report = validate(df, items)
+    assert report.gx_engine == "spark" and report.success, str(report)
+    assert not df.is_cached

@@ -156,12 +156,78 @@ def test_failing_expectation_publishes_nothing(spark, ns):
     expectations = [{"type": "not_null", "column": "id"}, {"type": "between", "column": "amount", "min": 0,
                                                             "max": 10_000},
                     {"type": "in_set", "column": "country", "values": ["US", "FR", "DE", "JP", "BR"]}]
+    bad_df = to_df(spark, bad)
     with pytest.raises(ExpectationFailedError) as exc:
-        lps.write(to_df(spark, bad), ns.root, expectations=expectations)
+        lps.write(bad_df, ns.root, expectations=expectations)
     assert "1 of 3 expectations failed" in str(exc.value) and "2 of 1000 rows unexpected" in str(exc.value)
+    assert not bad_df.is_cached  # cached for the gate and the write, released on the failure too
     assert ns.refresh().manifest_version == version
     assert sorted(d for d in os.listdir(ns.root)) == sorted(["__manifest", *(p.location for p in ns.partitions())])
     _, after = published(ns)
     assert after.equals(before)
-    ok = lps.write(to_df(spark, demo_events(100, start_id=5_000)), ns.root, expectations=expectations)
+    ok_df = to_df(spark, demo_events(100, start_id=5_000))
+    ok = lps.write(ok_df, ns.root, expectations=expectations)
     assert ok.rows_written == 100 and "expectations_s" in ok.details
+    assert not ok_df.is_cached
+
+
+def test_spark_write_reports_phase_timings(spark, ns):
+    """Issue 12 item 5: ``lps.write`` reports the time of each phase in ``details`` (present,
+    never negative; no thresholds), the gate's included when there is one."""
+    r = lps.write(to_df(spark, demo_events(2_000, seed=8)), ns.root, expectations=[{"type": "row_count", "min": 1}])
+    d = r.details
+    for key in ("expectations_s", "write_s", "reserve_s", "commit_tables_s", "manifest_commit_s", "publish_s"):
+        assert isinstance(d[key], float) and d[key] >= 0, (key, d)
+    assert d["fragments"] >= r.partitions_touched > 0
+
+
+def test_spark_write_does_not_log_lance_no_existing_dataset_per_fragment(tmp_path):
+    """Issue 12 item 5: Lance logged ``WARN ... No existing dataset at <table>, it will be created``
+    once per fragment written into a new partition table (256 lines for a 16 M-row job). A Spark
+    write prints none of them, from a session the user started before importing lancepart, with
+    lancepart's log filter and with Lance's usual ``LANCE_LOG=warn`` (new partition tables are
+    now born with their data); a Spark task writing fragments into fresh directories the old way
+    (the control) shows them, so the captured output is the one that would."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "LANCE_LOG"}
+    env.update(PYTHONPATH=str(repo), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run([sys.executable, str(repo / "tests" / "spark_log_proc.py"), str(tmp_path)], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    versions = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert versions["quiet"] > 0 and versions["warn"] > 0
+    quiet, _, rest = proc.stderr.partition("=== LANCE_LOG=warn from here ===")
+    warn, _, control = rest.partition("=== control from here ===")
+    assert control, proc.stderr[-2000:]
+    assert "No existing dataset" not in quiet, quiet[-2000:]
+    assert "No existing dataset" not in warn, warn[-2000:]  # new partition tables are born with their data
+    assert "No existing dataset" in control  # the control: the captured output would show them
+
+
+def test_gate_and_write_compute_the_source_once(spark, ns):
+    """Issue 12 item 4: with expectations, the input is computed once for the gate and the write
+    (a CSV parsed once, not twice): the gate's pass fills a cache the write reads, released at
+    the end. Counted with an accumulator the source's own tasks add their rows to."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    rows_made = spark.sparkContext.accumulator(0)
+    data = demo_events(3_000, seed=12)
+
+    def make(batches):
+        for batch in batches:
+            for part in batch.column(0).to_pylist():
+                chunk = data.slice(part * 1_500, 1_500)
+                rows_made.add(chunk.num_rows)
+                yield from chunk.to_batches()
+
+    df = spark.range(0, 2, numPartitions=2).mapInArrow(make, from_arrow_schema(data.schema))
+    df = df.withColumn("event_ts", df["event_ts"].cast("timestamp_ntz"))
+    r = lps.write(df, ns.root, expectations=[{"type": "not_null", "column": "id"}, {"type": "row_count", "min": 1}])
+    assert r.rows_written == 3_000
+    assert rows_made.value == 3_000  # once, not once for the gate and once for the write
+    assert not df.is_cached

@@ -300,3 +300,18 @@ def test_record_batch_reader_in_chunks_publishes_once(ns):
         assert len(lance.dataset(os.path.join(ns.root, p.location), version=p.read_version).get_fragments()) >= 2
     with pytest.raises(InvalidArgumentError, match="got list"):
         ns.write([1, 2, 3])
+
+
+def test_write_reports_phase_timings(ns):
+    """Issue 12 item 5: ``CommitResult.details`` of ``ns.write`` carries the time of each phase
+    (README "Using it" promises phase timings): present, numbers, never negative. No thresholds."""
+    data = demo_events(6_000, seed=5)
+    r = ns.write(data.to_reader(max_chunksize=1_000), chunk_rows=3_000)
+    d = r.details
+    for key in ("read_s", "plan_s", "reserve_s", "write_s", "commit_tables_s", "manifest_commit_s", "publish_s"):
+        assert isinstance(d[key], float) and d[key] >= 0, (key, d)
+    assert "expectations_s" not in d
+    assert d["chunks"] == 2 and d["fragments"] >= r.partitions_touched > 0
+    gated = ns.write(demo_events(100, seed=6, start_id=10_000), expectations=[{"type": "not_null", "column": "id"}])
+    assert gated.details["expectations_s"] >= 0 and gated.details["chunks"] == 1
+    assert gated.details["commit_tables_s"] >= 0 and gated.details["publish_s"] >= 0

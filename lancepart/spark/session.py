@@ -17,6 +17,15 @@ def get_session(app_name: str = "lancepart", conf: Mapping[str, Any] | None = No
         builder = builder.config(k, str(v))
     # Arrow end to end between the JVM and Python workers
     builder = builder.config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    # lancepart's Lance settings for every Python worker, unless the config or spark-submit --conf sets them
+    from pyspark import SparkConf
+
+    from lancepart import lance_env
+
+    for name in lance_env.DEFAULTS:
+        key = f"spark.executorEnv.{name}"
+        if key not in (conf or {}) and not SparkConf().contains(key):
+            builder = builder.config(key, lance_env.value(name))
     spark = builder.getOrCreate()
     if not master and spark.sparkContext.master is None:  # pragma: no cover - spark always sets one
         raise RuntimeError("no Spark master")

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from lancepart import errors
+from lancepart import errors, lance_env
 from lancepart.errors import LancepartError
 
 _TASK_ERROR = re.compile(r"lancepart\.errors\.(\w+): ([^\n]*)")
@@ -60,6 +60,7 @@ def spark_action(spark, storage_options: Mapping[str, str] | None) -> Iterator[A
     """Around one eager Spark action: ship the storage options, re-raise a lancepart error a task
     raised as the same typed error, and release the broadcast afterwards. Lazy DataFrames
     (reads, joins) use :func:`ship_options` alone: their tasks run after this returns."""
+    lance_env.ship_to_executors(spark)  # Lance's settings (no "No existing dataset" warning per fragment)
     shipped = ship_options(spark, storage_options)
     try:
         yield shipped

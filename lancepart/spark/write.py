@@ -28,6 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import lance
@@ -130,6 +131,16 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
     return run
 
 
+@contextmanager
+def _released(df, cached: bool) -> Iterator[None]:
+    """Unpersist ``df`` on leaving, if this write cached it."""
+    try:
+        yield
+    finally:
+        if cached:
+            df.unpersist()
+
+
 def write(
     df,
     root: str,
@@ -163,11 +174,21 @@ def write(
     if batch_id is not None and (done := already_published(manifest, snap, batch_id, started)):
         return done
     phases: dict[str, Any] = {}
+    # the gate's pass over the input fills a cache that the write then reads: the source (a CSV to
+    # parse, a remote Parquet to fetch) is computed once for both; released when the write's job ends
+    cached = bool(expectations) and not df.is_cached
     if expectations:
         from lancepart.quality import check
 
         t = time.monotonic()
-        check(df, expectations)
+        if cached:
+            df.persist()
+        try:
+            check(df, expectations)
+        except BaseException:
+            if cached:
+                df.unpersist()
+            raise
         phases["expectations_s"] = round(time.monotonic() - t, 3)
     tables = snap.tables()
     prefix = spec.namespace + "$"
@@ -177,7 +198,7 @@ def write(
     job_id = uuid.uuid4().hex
     so = manifest.storage_options
     t = time.monotonic()
-    with spark_action(df.sparkSession, so) as shipped:
+    with spark_action(df.sparkSession, so) as shipped, _released(df, cached):
         task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
                            shipped, flush_rows, max_rows_per_file)
         rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()

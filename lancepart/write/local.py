@@ -89,27 +89,35 @@ def _write_local(
     check_schema(reader.schema, schema)  # before any byte is written
     if batch_id is not None and (done := already_published(manifest, manifest.snapshot(), batch_id, started)):
         return done
+    phases: dict[str, float] = {}  # seconds per phase, summed over the chunks (CommitResult.details)
     if expectations:
         if not isinstance(data, pa.Table):
             raise InvalidArgumentError("expectations need the whole input: pass a pa.Table, not a stream")
         from lancepart.quality import check
 
+        t = time.monotonic()
         check(data, expectations)
+        phases["expectations_s"] = time.monotonic() - t
     writes: dict[str, TableWrite] = {}  # by lancepart's table object id of the partition
-    created = retries = 0
+    created = retries = n_chunks = 0
     so = manifest.storage_options
     # a table is in memory already: one pass, so each partition gets one fragment (per
     # max_rows_per_file) however the table is chunked; a stream is cut into chunk_rows chunks
     one_pass = isinstance(data, pa.Table)
     chunks = [data] if one_pass else _chunks(reader, chunk_rows)
+    loop_started = time.monotonic()
     for chunk in chunks:
+        n_chunks += 1
+        t = time.monotonic()
         table = conform(chunk, schema)
         groups = group_rows(partition_values(table, spec, schema), spec.id)
+        phases["plan_s"] = phases.get("plan_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_plan")
         if not groups.indices:
             continue
         oids = groups.table_object_ids
         unseen = [i for i, oid in enumerate(oids) if oid not in writes]  # seen in an earlier chunk: same table
+        t = time.monotonic()
         if unseen:
             # partitions with a table write into it; the others into a directory of their own, where
             # their table is created with its data and published with everything (write/create.py)
@@ -121,6 +129,7 @@ def _write_local(
             for i, ref in zip(unseen, res.tables, strict=True):
                 writes[oids[i]] = (TableWrite(oids[i], _ids.table_location(oids[i]), keys=groups.keys.slice(i, 1))
                                    if ref is None else TableWrite(ref.object_id, ref.location))
+        phases["reserve_s"] = phases.get("reserve_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_reserve")
 
         def write_group(item: tuple[TableWrite, np.ndarray], table: pa.Table = table) -> list:
@@ -137,11 +146,25 @@ def _write_local(
             return frags
 
         # one Lance write per partition, on the bounded driver thread pool (Lance releases the GIL)
+        t = time.monotonic()
         items = [(writes[oid], idx) for oid, idx in zip(oids, groups.indices, strict=True)]
         for (w, idx), frags in zip(items, map_threads(write_group, items), strict=True):
             w.fragments.extend(frags)
             w.rows += len(idx)
+        phases["write_s"] = phases.get("write_s", 0.0) + time.monotonic() - t
+    # reading the input (a RecordBatchReader may compute it): the loop's time outside the phases
+    loop_s = time.monotonic() - loop_started
+    phases["read_s"] = max(0.0, loop_s - sum(phases.get(k, 0.0) for k in ("plan_s", "reserve_s", "write_s")))
+    t = time.monotonic()
     create_tables(manifest.root, schema, list(writes.values()), so)
-    return publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
-                   partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries,
-                   new_tables=NewTables(manifest, spec, schema))
+    phases["create_tables_s"] = time.monotonic() - t
+    t = time.monotonic()
+    result = publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
+                     partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries,
+                     new_tables=NewTables(manifest, spec, schema))
+    phases["publish_s"] = time.monotonic() - t
+    for k in ("plan_s", "reserve_s", "write_s"):
+        phases.setdefault(k, 0.0)
+    result.details.update({k: round(v, 3) for k, v in phases.items()}, chunks=n_chunks,
+                          fragments=sum(len(w.fragments) for w in writes.values()))
+    return result

@@ -99,6 +99,7 @@ def publish(
     done: dict[str, tuple[int | None, int]] = {}  # object_id -> (base read_version, our table version)
     overwrite = mode == "overwrite"
     skipped: dict[str, batches.BatchRecord | None] = {"value": None}
+    commit_tables_s = [0.0]  # table commits and their file checks, over every attempt
 
     def mutate(snap: ManifestSnapshot):
         # every version up to snap.version: a concurrent writer with the same id that committed
@@ -137,11 +138,13 @@ def publish(
             faults.checkpoint("after_table_commit")
             return version
 
+        t = time.monotonic()
         for (oid, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
             done[oid] = (published, version)
         faults.checkpoint("after_table_commits")
         check_files_present(manifest.root, [(o, w.location, None if w.created is not None else done[o][1],
                                              w.fragments) for o, w in by_oid.items()], manifest.storage_options)
+        commit_tables_s[0] += time.monotonic() - t
         upserts = snap.read_version_changes({o: done[o][1] for o in existing}).upserts
         if added is not None:
             upserts = pa.concat_tables([upserts, added.select(upserts.schema.names).cast(upserts.schema)])
@@ -149,8 +152,11 @@ def publish(
         return ManifestChanges(upserts=upserts), new_count
 
     props = batches.transaction_properties(batch_id) if batch_id is not None else None
+    update_started = time.monotonic()
     snap, new_count, retries = manifest.update(mutate, max_retries=max_retries, what="publish",
                                                transaction_properties=props)
+    # the __manifest part of the update: reading it, the batch-id check, the commit, and any retries
+    manifest_commit_s = time.monotonic() - update_started - commit_tables_s[0]
     writes = list(by_oid.values())  # new partitions found published by another writer were adopted
     skip = skipped["value"]
     if skip is not None:  # the tables this write created are referenced by no __manifest version
@@ -174,6 +180,7 @@ def publish(
         details=batches.result_details(skip, batches.batch_id_retention(snap.metadata)) if batch_id is not None
         else {},
     )
+    result.details.update(commit_tables_s=round(commit_tables_s[0], 3), manifest_commit_s=round(manifest_commit_s, 3))
     log.info("published %s", json.dumps(result.to_dict(), default=str))
     return result
 
