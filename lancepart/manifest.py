@@ -252,7 +252,7 @@ class ManifestSnapshot:
         self._uri = uri or "__manifest"
         self._latest = latest  # the latest version of the table, to tell a cleaned-up version from damage
         self._index: dict[str, int] = {}
-        self._tables: pa.Table | None = None
+        self._pins: pa.Table | None = None  # every row, without _ROW_ONLY_COLUMNS (table_pins)
 
     def __repr__(self) -> str:
         return f"ManifestSnapshot(version={self.version}, fragments={len(self.fragment_ids)})"
@@ -318,13 +318,21 @@ class ManifestSnapshot:
         return found[0] if found else None
 
     def tables(self) -> pa.Table:
-        """The table rows (``object_type = 'table'``); read alone, through the Bitmap index,
-        while the other rows are not needed."""
+        """The table rows (``object_type = 'table'``), every column."""
+        return _table_rows(self.rows)
+
+    def table_pins(self) -> pa.Table:
+        """The table rows without ``metadata`` and ``base_objects``: what locating, pinning and
+        pruning partitions needs. Read alone (a full scan of those columns, then filtered: faster
+        than the Bitmap index's random reads) while the other rows are not needed."""
         if self._rows is not None:
-            return self._rows.filter(pc.equal(self._rows.column("object_type"), "table"))
-        if self._tables is None:
-            self._tables = self._read(lambda ds: ds.to_table(filter="object_type = 'table'"))
-        return self._tables
+            rows = self._rows
+        elif self._pins is None:
+            cols = [c for c in self._dataset.schema.names if c not in _ROW_ONLY_COLUMNS]
+            rows = self._pins = self._read(lambda ds: ds.to_table(columns=cols))
+        else:
+            rows = self._pins
+        return _table_rows(rows).drop_columns([c for c in _ROW_ONLY_COLUMNS if c in rows.column_names])
 
     def with_read_versions(self, versions: Mapping[str, int]) -> pa.Table:
         """The rows with the ``read_version`` of each table in ``versions`` (object_id -> table
@@ -335,6 +343,14 @@ class ManifestSnapshot:
         """The commit that moves the ``read_version`` of each table in ``versions``: its rows,
         looked up, with the new versions."""
         return ManifestChanges(upserts=set_read_versions(self.lookup(list(versions)), versions))
+
+
+# Columns table_pins() leaves out: free text and lineage, never needed to find or prune a table.
+_ROW_ONLY_COLUMNS = ("metadata", "base_objects")
+
+
+def _table_rows(rows: pa.Table) -> pa.Table:
+    return rows.filter(pc.fill_null(pc.equal(rows.column("object_type"), "table"), False))
 
 
 def set_read_versions(rows: pa.Table, versions: Mapping[str, int]) -> pa.Table:

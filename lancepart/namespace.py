@@ -204,7 +204,7 @@ class PartitionedNamespace:
                 f"{self._manifest.uri}: root properties 'schema' / {SPEC_KEY_PREFIX}<N> cannot be read: "
                 f"{type(e).__name__}: {e}") from e
         if eager:  # a handle keeps the snapshot it opened, also when __manifest is damaged later
-            snap.tables()
+            snap.table_pins()
         self._specs = dict(sorted(specs.items()))
         self._snapshot = snap
 
@@ -290,11 +290,11 @@ class PartitionedNamespace:
         >>> # ns.partitions("event_date = DATE '2025-12-10' AND country = 'US'")
         """
         if filter is None:
-            tables = self._snapshot.tables()
+            tables = self._snapshot.table_pins()
         else:
             from lancepart.read.prune import prune
 
-            tables = prune(filter, self._schema, self._specs, self._snapshot.tables()).kept
+            tables = prune(filter, self._schema, self._specs, self._snapshot.table_pins()).kept
         return self._partition_infos(tables)
 
     def _partition_infos(self, tables: pa.Table) -> list[PartitionInfo]:
@@ -321,7 +321,7 @@ class PartitionedNamespace:
         partitions are kept and pruned, then the ``__manifest`` query and the residual filter."""
         from lancepart.read.prune import prune
 
-        return prune(filter, self._schema, self._specs, self._snapshot.tables()).explain()
+        return prune(filter, self._schema, self._specs, self._snapshot.table_pins()).explain()
 
     def to_table(self, filter: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """The published snapshot (every table at its ``read_version``/branch/tag) as one table:
@@ -351,7 +351,7 @@ class PartitionedNamespace:
             return self.partitions(), None, None
         from lancepart.read.prune import prune
 
-        result = prune(filter, self._schema, self._specs, self._snapshot.tables())
+        result = prune(filter, self._schema, self._specs, self._snapshot.table_pins())
         return self._partition_infos(result.kept), filter, result.scan_filter
 
     # ------------------------------------------------------------------ maintenance

@@ -190,7 +190,7 @@ def write(
                 df.unpersist()
             raise
         phases["expectations_s"] = round(time.monotonic() - t, 3)
-    tables = snap.tables()
+    tables = snap.table_pins()
     prefix = spec.namespace + "$"
     existing = {oid: loc for oid, loc in zip(tables.column("object_id").to_pylist(),
                                              tables.column("location").to_pylist(), strict=True)
