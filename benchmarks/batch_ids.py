@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 
 import lance
 import pyarrow as pa
 from machine_info import machine
+from timing import median_ms
 
 
 def fill_index(ns, n: int) -> None:
@@ -40,15 +39,6 @@ def fill_index(ns, n: int) -> None:
     ds = lance.write_dataset(rows, uri, schema=batches.INDEX_SCHEMA, mode="create")
     ds.update_metadata({batches.WATERMARK_KEY: str(ns.manifest_version)})
     batches._compact(lance.dataset(uri))
-
-
-def median_ms(fn, runs: int) -> float:
-    times = []
-    for i in range(runs):
-        t = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t)
-    return round(statistics.median(times) * 1e3, 2)
 
 
 def bench(n: int, runs: int) -> dict:

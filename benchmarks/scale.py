@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 
 import pyarrow as pa
 from machine_info import machine
+from timing import median_ms
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("shop", pa.int32())])
 SPEC = {"id": 1, "fields": [{"field_id": "shop", "source_ids": [1], "transform": {"type": "identity"},
@@ -59,15 +59,6 @@ def build(root: str, size: int, batch: int) -> tuple[float, bool]:
         ns.write(rows(range(lo, hi), lo))
         print(f"  built {hi}/{size} partitions, {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
     return time.perf_counter() - t, False
-
-
-def median_ms(fn, runs: int) -> float:
-    times = []
-    for i in range(runs):
-        t = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t)
-    return round(statistics.median(times) * 1e3, 2)
 
 
 def measure(root: str, size: int, runs: int) -> dict:

@@ -1,0 +1,21 @@
+"""Timing helper shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def median_ms(fn: Callable[[int], object], runs: int) -> float:
+    """Median wall time of ``fn(i)`` for ``i`` in ``range(runs)``, in milliseconds.
+
+    >>> median_ms(lambda i: None, 3) >= 0
+    True
+    """
+    times = []
+    for i in range(runs):
+        t = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t)
+    return round(statistics.median(times) * 1e3, 2)
