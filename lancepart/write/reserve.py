@@ -1,12 +1,19 @@
-"""Reserve partitions: namespace rows, table rows and empty tables (docs/decisions.md §8, step 2).
+"""Find a write's partitions in ``__manifest``, and reserve the ones a write cannot create with
+its data (docs/decisions.md §8).
 
-A new partition gets its namespace rows (one per level), its table row with a fresh
+A write finds its existing partitions here (:func:`reserve_partitions` with
+``create_missing=False``: by lancepart's deterministic ids through the ``object_id`` index, else
+by partition values, as another spec-following writer names them with random ids); the new
+ones are born with their data and published by the write itself (:mod:`lancepart.write.create`).
+Reserving (``create_missing=True``) is what remains for the rows of a write whose new partition
+another writer published first (:func:`lancepart.write.create.adopt`), and for declared tables:
+a partition gets its namespace rows (one per level), its table row with a fresh
 ``<hash>_<object_id>`` location and an empty Lance table whose version is pinned as
-``read_version`` (never NULL), all in one ``__manifest`` commit. The empty table is
-created *before* the commit so a published row never points at nothing. Object ids are
-deterministic (docs/decisions.md §4): two writers reserving the same partition collide on
-``object_id``; the loser's commit conflicts, it reloads, finds the winner's row, adopts
-it and deletes its own unused empty table.
+``read_version`` (never NULL), all in one ``__manifest`` commit; the empty table is created
+*before* the commit so a published row never points at nothing. Object ids are deterministic
+(docs/decisions.md §4): two writers reserving the same partition collide on ``object_id``; the
+loser's commit conflicts, it reloads, finds the winner's row, adopts it and deletes its own
+unused empty table.
 """
 
 from __future__ import annotations
