@@ -22,8 +22,8 @@ What goes, for a retention ``older_than`` (cut-off ``now - older_than``):
   last modification is before the cut-off. Tables with branches are skipped (their branch
   manifests reference main's files and are not listed by ``tracked_files``).
 * **Table directories ``__manifest`` does not reference**: only names lancepart makes for
-  partition tables (``<8 hex>_v<N>$<id>...$dataset``: a Spark job's own directories of a job
-  that died before reserving them, reservation losers' empty tables), and only when every
+  partition tables (``<8 hex>_v<N>$<id>...$dataset``: new partition tables of a job that died
+  before publishing them, or whose partition another writer published first), and only when every
   file in them is older than the cut-off and no retained snapshot references them.
   ``__manifest``, V1 ``<name>.lance`` tables and anything else are never touched. Root-level
   tables registered in ``__manifest`` (for example migrated V1 tables,
