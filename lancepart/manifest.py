@@ -252,7 +252,7 @@ class ManifestSnapshot:
         self._uri = uri or "__manifest"
         self._latest = latest  # the latest version of the table, to tell a cleaned-up version from damage
         self._index: dict[str, int] = {}
-        self._pins: pa.Table | None = None  # every row, without _ROW_ONLY_COLUMNS (table_pins)
+        self._pins: pa.Table | None = None  # the table rows without _ROW_ONLY_COLUMNS (table_pins)
 
     def __repr__(self) -> str:
         return f"ManifestSnapshot(version={self.version}, fragments={len(self.fragment_ids)})"
@@ -325,14 +325,14 @@ class ManifestSnapshot:
         """The table rows without ``metadata`` and ``base_objects``: what locating, pinning and
         pruning partitions needs. Read alone (a full scan of those columns, then filtered: faster
         than the Bitmap index's random reads) while the other rows are not needed."""
-        if self._rows is not None:
-            rows = self._rows
-        elif self._pins is None:
-            cols = [c for c in self._dataset.schema.names if c not in _ROW_ONLY_COLUMNS]
-            rows = self._pins = self._read(lambda ds: ds.to_table(columns=cols))
-        else:
-            rows = self._pins
-        return _table_rows(rows).drop_columns([c for c in _ROW_ONLY_COLUMNS if c in rows.column_names])
+        if self._pins is None:
+            if self._rows is not None:
+                rows = self._rows
+            else:
+                cols = [c for c in self._dataset.schema.names if c not in _ROW_ONLY_COLUMNS]
+                rows = self._read(lambda ds: ds.to_table(columns=cols))
+            self._pins = _table_rows(rows).drop_columns([c for c in _ROW_ONLY_COLUMNS if c in rows.column_names])
+        return self._pins
 
     def with_read_versions(self, versions: Mapping[str, int]) -> pa.Table:
         """The rows with the ``read_version`` of each table in ``versions`` (object_id -> table
