@@ -478,9 +478,11 @@ class Manifest:
         conflict in Lance's resolver, and a commit from an older snapshot conflicts with the
         newer ones: the same linearizable register as a whole rewrite. Past
         :data:`MAX_FRAGMENTS` fragments a commit rewrites the whole table (:meth:`commit`),
-        which keeps reads and lookups fast.
+        which keeps reads and lookups fast; so does a commit changing more than
+        :data:`LOOKUP_LIMIT` rows (one pass over the table beats a lookup that long).
         """
-        if not base.fragment_ids or len(base.fragment_ids) >= MAX_FRAGMENTS:
+        if (not base.fragment_ids or len(base.fragment_ids) >= MAX_FRAGMENTS
+                or len(changes.object_ids()) > LOOKUP_LIMIT):  # many rows: one pass over all of them is cheaper
             return self.commit(base, changes.apply(base.rows), transaction_properties)
 
         def build(ds: lance.LanceDataset) -> tuple[LanceOperation.BaseOperation, None]:

@@ -214,3 +214,19 @@ def test_stale_handle_whose_version_was_cleaned_up_raises_typed(tmp_path):
     with pytest.raises(SnapshotExpiredError, match=r"version \d+ .* refresh"):
         stale.describe_namespace(["v1", "1"])  # the other rows are read when first needed
     assert len(stale.refresh().partitions()) == 2 and stale.describe_namespace(["v1"])
+
+
+def test_a_commit_of_many_rows_rewrites_the_table(tmp_path, monkeypatch):
+    """Past LOOKUP_LIMIT changed rows a commit reads the snapshot once and rewrites the table
+    (one fragment after it) instead of looking every row up; the rows are the oracle's."""
+    monkeypatch.setattr(m, "LOOKUP_LIMIT", 10)
+    monkeypatch.setattr(m, "TAIL_ROWS", 3)
+    man = create(tmp_path, 100)
+    man.commit_changes(man.snapshot(), upsert(record("t1", 2)))  # incremental: a second fragment
+    assert len(man.snapshot().fragment_ids) == 2
+    new = man.commit_changes(man.snapshot(), ManifestChanges(
+        upserts=rows_from_records(SCHEMA, [record(f"t{i}", 3) for i in range(20, 40)]), deletes=("t5",)))
+    assert len(new.fragment_ids) == 1
+    want = {"root": None, **{f"t{i}": 1 for i in range(100)}, "t1": 2, **{f"t{i}": 3 for i in range(20, 40)}}
+    del want["t5"]
+    assert contents(man) == want
