@@ -310,9 +310,6 @@ class ManifestSnapshot:
             self._index.update({oid: i for i, oid in enumerate(self.rows.column("object_id").to_pylist())})
         return self._index
 
-    def has(self, object_id: str) -> bool:
-        return self.row(object_id) is not None
-
     def row(self, object_id: str) -> dict[str, Any] | None:
         found = self.lookup([object_id]).to_pylist()
         return found[0] if found else None

@@ -142,7 +142,7 @@ def test_a_commit_writes_the_tail_not_the_table(tmp_path):
     assert contents(man)["t997"] == 9 and len(contents(man)) == 20_001
 
 
-def test_lookup_uses_the_index_and_sees_unindexed_fragments(tmp_path):
+def test_lookup_finds_rows_in_indexed_and_unindexed_fragments(tmp_path):
     """Rows written after the index was built (the tail, settled fragments, a foreign append)
     are found by lookup like indexed ones."""
     man = create(tmp_path, 100)

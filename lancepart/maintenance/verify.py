@@ -252,7 +252,7 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
         return VerifyReport(problems=tuple(problems), deep=deep, manifest_version=ns.manifest_version,
                             seconds=round(time.monotonic() - started, 3))
     schema, specs = ns.schema, ns.specs
-    tables = ns.snapshot().tables()
+    tables = ns.snapshot().table_pins()  # read at open: the columns that locate and pin each table
     partitions = {p.object_id: p for p in ns._partition_infos(tables)}
     infos: list[tuple[PartitionInfo, dict[str, pa.Scalar]]] = []
     pcols = [c for c in tables.column_names if c.startswith("partition_field_")]
