@@ -231,3 +231,5 @@ def test_gate_and_write_compute_the_source_once(spark, ns):
     assert r.rows_written == 3_000
     assert rows_made.value == 3_000  # once, not once for the gate and once for the write
     assert not df.is_cached
+    # the gate reports which part of its time computed the input the write then read from the cache
+    assert 0 < r.details["expectations_input_s"] <= r.details["expectations_s"]
