@@ -11,6 +11,9 @@ round comes first. Systems:
 * delta-rs:  ``deltalake.write_deltalake(mode="append", partition_by=[...])``
 * pyiceberg: ``Table.append`` (SqlCatalog on sqlite; bucket writes need ``pyiceberg-core``)
 * lance:     ``lance.write_dataset`` unpartitioned: the floor, one table, no partitioning
+* lance-tables: one ``lance.write_dataset`` per partition (sorted by the partition column, 16
+  threads): what the spec's one-table-per-partition layout costs in Lance itself, before any
+  ``__manifest`` or namespace work
 
 Cases (the same partitions for every table format):
 
@@ -24,7 +27,7 @@ table format and lancepart / delta-rs bytes per partition; then one JSON summary
 Install the peers with ``pip install -e '.[bench]'`` (or run ``make bench-peers``).
 
     python benchmarks/peers.py [--rows 2000000] [--rounds 5] [--cases bucket16,identity1k]
-                               [--systems lancepart,delta-rs,pyiceberg,lance] [--keep]
+                               [--systems lancepart,delta-rs,pyiceberg,lance,lance-tables] [--keep]
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 from machine_info import machine
 
-SYSTEMS = ("lancepart", "delta-rs", "pyiceberg", "lance")
+SYSTEMS = ("lancepart", "delta-rs", "pyiceberg", "lance", "lance-tables")
 TABLE_FORMATS = ("lancepart", "delta-rs", "pyiceberg")
 COUNTRIES = ["US", "FR", "DE", "JP", "BR", "IN", "GB", "CA", "MX", "ES"]
 BUCKET_COL = "user_bucket"  # the precomputed bucket column delta-rs partitions by
@@ -55,6 +58,8 @@ TIMED = {
     "delta-rs": "write_deltalake(mode='append', partition_by=...) only; DeltaTable.create (empty table) is before",
     "pyiceberg": "table.append(table) only; catalog, create_table and update_spec are before it",
     "lance": "lance.write_dataset(table) (creates the dataset: it has no separate create step)",
+    "lance-tables": "sort by the partition column, then one lance.write_dataset per partition on 16 threads: "
+                    "the floor of any one-Lance-table-per-partition layout (no __manifest, no namespace)",
 }
 
 
@@ -205,9 +210,48 @@ class LanceFloor:
         return layout(root, [root]), set()
 
 
-RUNNERS: dict[str, Callable] = {"lancepart": Lancepart, "delta-rs": Delta, "pyiceberg": Iceberg, "lance": LanceFloor}
+class LanceTables:
+    """What the spec's layout costs before lancepart adds anything: one plain Lance table per
+    partition, each created by ``lance.write_dataset`` from its rows, on a thread pool."""
+
+    def __init__(self, table: pa.Table, case: str):
+        import lance
+
+        from lancepart.parallel import map_threads
+
+        self.lance, self.map_threads = lance, map_threads
+        if case == "bucket16":
+            from lancepart import murmur3
+
+            self.key = murmur3.bucket(table.column("user_id"), 16)
+        else:
+            self.key = table.column("shop_id")
+        self.table = table
+
+    def setup(self, root: str):
+        os.makedirs(root)
+        return root
+
+    def run(self, root: str) -> int:
+        key = np.asarray(self.key.combine_chunks() if isinstance(self.key, pa.ChunkedArray) else self.key)
+        order = np.argsort(key, kind="stable")
+        rows = self.table.take(pa.array(order))
+        sorted_key = key[order]
+        starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
+        bounds = list(zip(starts, [*starts[1:], len(sorted_key)], strict=True))
+        self.map_threads(lambda b: self.lance.write_dataset(rows.slice(b[0], b[1] - b[0]),
+                                                            os.path.join(root, f"p={sorted_key[b[0]]}")), bounds)
+        return self.table.num_rows
+
+    def measure(self, root: str, _root: str) -> tuple[dict, set[str]]:
+        dirs = sorted(os.path.join(root, d) for d in os.listdir(root))
+        return layout(root, dirs), set()
+
+
+RUNNERS: dict[str, Callable] = {"lancepart": Lancepart, "delta-rs": Delta, "pyiceberg": Iceberg, "lance": LanceFloor,
+                                "lance-tables": LanceTables}
 PACKAGES = {"lancepart": [], "delta-rs": ["deltalake"], "pyiceberg": ["pyiceberg", "pyiceberg-core", "sqlalchemy"],
-            "lance": ["pylance"]}
+            "lance": ["pylance"], "lance-tables": ["pylance"]}
 
 
 def versions(systems: list[str]) -> dict[str, str]:
