@@ -126,6 +126,21 @@ def test_schema_mismatch_local(typed_ns, arrow_case, fragment):
     assert_unchanged(typed_ns.root, before)
 
 
+def test_nanosecond_timestamps_get_a_hint_to_cast(typed_ns):
+    """Issue 13 item 5: pandas/numpy input carries ``timestamp[ns]``; the refusal says which type
+    to cast to and how, and the cast it names makes the same rows writable."""
+    rows = typed_rows(10, start=100)
+    nanos = rows.set_column(2, "ts", pc.cast(rows["ts"], pa.timestamp("ns")))
+    before = state(typed_ns.root)
+    with pytest.raises(SchemaMismatchError, match=r"column 'ts' is timestamp\[ns\] in the input but timestamp\[us\]"
+                                                  r".*cast the column to timestamp\[us\] first.*"
+                                                  r"pyarrow\.compute\.cast\(column, pa\.timestamp\('us'\)\)"):
+        typed_ns.write(nanos)
+    assert_unchanged(typed_ns.root, before)
+    fixed = nanos.set_column(2, "ts", pc.cast(nanos["ts"], pa.timestamp("us")))
+    assert typed_ns.write(fixed).rows_written == 10
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize(("spark_case", "fragment"), [pytest.param(c[2], c[3], id=c[0]) for c in SCHEMA_CASES])
 def test_schema_mismatch_spark(spark, typed_ns, spark_case, fragment):
@@ -204,7 +219,7 @@ def test_hostile_string_partition_values(root):
 
 # --------------------------------------------------------------------------- timestamps at the int64 limits
 LIMITS = [-(2**63), -(2**63) + 1, 2**63 - 1, 0, None]
-# date_part of each LIMITS value, as DataFusion computes it (docs/decisions.md §3). timestamp[ns] spans
+# date_part of each LIMITS value, as DataFusion computes it (docs/design.md §3). timestamp[ns] spans
 # 1677-09-21 00:12:43 .. 2262-04-11 23:47:16; timestamp[us] at +-2^63 is ~ +-292 000 years, beyond
 # chrono's range, where DataFusion's date_part is NULL.
 EXPECTED_PARTS = {

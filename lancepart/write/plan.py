@@ -55,6 +55,12 @@ def check_schema(input_schema: pa.Schema, schema: pa.Schema) -> None:
             hint = "only lossless promotions such as int32->int64 are applied"
             if pa.types.is_timestamp(f.type) and pa.types.is_timestamp(target) and f.type.tz and not target.tz:
                 hint = "a zoned timestamp (Spark TIMESTAMP) into a wall-clock column: cast it to timestamp_ntz first"
+            elif (pa.types.is_timestamp(f.type) and pa.types.is_timestamp(target) and f.type.unit == "ns"
+                  and target.unit != "ns" and bool(f.type.tz) == bool(target.tz)):
+                tz = f", tz={target.tz!r}" if target.tz else ""
+                hint = (f"pandas and numpy make nanosecond timestamps: cast the column to {target} first, e.g. "
+                        f"pyarrow.compute.cast(column, pa.timestamp({target.unit!r}{tz})) or table.cast(ns.schema), "
+                        "which refuse to drop a non-zero sub-unit part rather than truncate it")
             raise SchemaMismatchError(
                 f"column {f.name!r} is {f.type} in the input but {target} in the namespace schema ({hint})")
 
