@@ -1,5 +1,5 @@
 """Namespace-size benchmark: what a publish, an open and a pruned lookup cost as the number of
-partitions grows (docs/decisions.md, "The __manifest commit").
+partitions grows (docs/design.md, "The __manifest commit").
 
 For each size (1 000, 10 000, 100 000 partitions by default) a namespace with one
 ``identity(shop)`` partition field is built with ``ns.write`` calls of ``--build-batch``

@@ -3,7 +3,7 @@
 Spec: spec/directory-namespace.md "V1: Directory Listing" (table directories ``<name>.lance``,
 "Table Existence", "Marker Files"), "Compatibility Mode"; spec/directory-namespace-configuration.md
 "Configuration", "Compatibility Mode", "Migration from V1 to V2";
-spec/directory-namespace-v1-original.md "Table Existence"; docs/decisions.md §5.
+spec/directory-namespace-v1-original.md "Table Existence"; docs/design.md §5.
 
 A partitioned namespace is a V2 namespace: its partitions live in child namespaces ``v<N>``,
 where the spec allows V2 behaviour only (compatibility mode, rule 5), so lancepart never

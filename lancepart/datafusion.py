@@ -1,7 +1,7 @@
 """DataFusion side of the spec: derived expressions, the murmur3 UDFs, expression fields.
 
 Spec: spec/partitioning.md "Partition Expression", "Supported Transforms", "Hash Functions";
-docs/decisions.md §1-§3. The rule every transform follows: the value computed by
+docs/design.md §1-§3. The rule every transform follows: the value computed by
 :mod:`lancepart.transforms` equals DataFusion's evaluation of :func:`derived_expression`.
 
 Decisions DataFusion forced (all checked against datafusion 55, see tests/test_datafusion_equivalence.py):
@@ -10,7 +10,7 @@ Decisions DataFusion forced (all checked against datafusion 55, see tests/test_d
   ``abs(murmur3(col0)) % N``; but DataFusion's ``abs`` on an Int32 of -2**31 fails the whole query
   (``Int32Array overflow on abs(-2147483648)``). Our ``murmur3`` / ``murmur3_multi`` UDFs therefore
   return Int64 *values in the int32 range* (the signed 32-bit hash, sign-extended): ``abs`` cannot
-  overflow, ``% N`` is computed in 64 bits exactly as docs/decisions.md §1 prescribes, and the bucket
+  overflow, ``% N`` is computed in 64 bits exactly as docs/design.md §1 prescribes, and the bucket
   is cast to int32 at the end. An expression that wants the hash as int32 writes
   ``CAST(murmur3(x) AS INT)``.
 * **Exact UDF signatures.** datafusion-python only registers Python UDFs with one exact argument
@@ -475,7 +475,7 @@ def evaluate(
     ``colK``. A ``colK`` the expression references but ``columns`` lacks is all-NULL (spec
     requirement 4); ``num_rows`` gives the length when no column is given. Plans are cached per
     (expression, input types), so calling this per Arrow batch is cheap. ``murmur3`` and
-    ``murmur3_multi`` work on every type docs/decisions.md §1 defines.
+    ``murmur3_multi`` work on every type docs/design.md §1 defines.
 
     Raises :class:`InvalidSpecError` when DataFusion cannot plan the expression and
     :class:`ExpressionEvaluationError` (naming the first failing row and its values) when it

@@ -1,4 +1,4 @@
-"""Object ids and table directories (spec "Physical Layout and Naming"; docs/decisions.md §4, §5).
+"""Object ids and table directories (spec "Physical Layout and Naming"; docs/design.md §4, §5).
 
 A partition namespace id is 16 base36 characters derived deterministically from the spec
 version, the level and the partition values down to that level, so every writer names
@@ -77,7 +77,7 @@ def table_object_id(spec_id: int, ids: Sequence[str]) -> str:
 
 
 def table_location(object_id: str) -> str:
-    """A fresh table directory, ``<8 random lowercase hex>_<object_id>`` (docs/decisions.md §5).
+    """A fresh table directory, ``<8 random lowercase hex>_<object_id>`` (docs/design.md §5).
 
     Random, so a table created, dropped and recreated never shares a directory.
     """

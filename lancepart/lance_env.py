@@ -7,7 +7,7 @@ anything imports ``lance``); a value already set in the environment is always ke
   tables at the ``read_version`` ``__manifest`` pins, and Lance treats a hint as a lower bound (a
   table written without it, or with a stale one, opens at its true latest version in every
   reader). Lance reads the variable once, at its first commit in the process
-  (``LANCE_USE_VERSION_HINT=true`` restores the hint). docs/decisions.md §8.
+  (``LANCE_USE_VERSION_HINT=true`` restores the hint). docs/design.md §8.
 * ``LANCE_LOG`` (Lance's Rust log filter, env_logger directives, read once when ``lance`` is first
   imported): :data:`LANCE_LOG_DEFAULT` keeps warnings as before except from the module that logs
   ``WARN No existing dataset at <uri>, it will be created`` for every fragment written into a

@@ -1,7 +1,7 @@
 """The ``__manifest`` Lance table: read a snapshot, evolve its columns, commit atomically.
 
 Spec: spec/directory-namespace.md "V2: Manifest" and spec/partitioning.md "Manifest Table
-Schema" / "Transaction"; docs/decisions.md §6, §7, §8.
+Schema" / "Transaction"; docs/design.md §6, §7, §8.
 
 A lancepart commit is one Lance ``Update`` against the version of the snapshot it was
 computed from. Rows it changes are deleted where they are through deletion files and its
@@ -13,7 +13,7 @@ register: a commit lands only if nothing else committed rows since its snapshot,
 loser reloads and rebases (:meth:`Manifest.update`). What a commit reads and writes is the
 rows it changes plus a small tail, found through the ``object_id`` BTREE index, not the
 whole table; past :data:`MAX_FRAGMENTS` fragments one commit rewrites the whole table
-(:meth:`Manifest.commit`), the way every commit did before. docs/decisions.md, "The
+(:meth:`Manifest.commit`), the way every commit did before. docs/design.md, "The
 ``__manifest`` commit".
 """
 
@@ -64,7 +64,7 @@ STANDARD_FIELDS: tuple[pa.Field, ...] = (
     pa.field("metadata", pa.utf8()),
     pa.field("base_objects", pa.list_(pa.field("object_id", pa.utf8()))),
 )
-# docs/decisions.md §7: the transaction columns follow the standard ones.
+# docs/design.md §7: the transaction columns follow the standard ones.
 VERSION_FIELDS: tuple[pa.Field, ...] = (
     pa.field("read_version", pa.uint64()),
     pa.field("read_branch", pa.utf8()),

@@ -1,6 +1,6 @@
 """Vectorised 32-bit MurmurHash3 (x86_32, seed 0) over Arrow arrays, Iceberg-compatible.
 
-Semantics (docs/decisions.md §1): every value is first turned into *canonical bytes*, which are then
+Semantics (docs/design.md §1): every value is first turned into *canonical bytes*, which are then
 hashed with ``MurmurHash3_x86_32`` and seed 0; the result is a signed int32 (equal to
 ``mmh3.hash(canonical, 0, signed=True)``).
 
@@ -511,7 +511,7 @@ def _segment_copy(
 # --------------------------------------------------------------------------------------------
 def _unsupported(t: pa.DataType) -> InvalidSpecError:
     return InvalidSpecError(f"murmur3: unsupported Arrow type {t} "
-                            "(no canonical hash bytes defined, docs/decisions.md §1)")
+                            "(no canonical hash bytes defined, docs/design.md §1)")
 
 
 def _require_arrow(arr: Any) -> pa.DataType:

@@ -1,7 +1,7 @@
 """PartitionedNamespace: create / open / describe a partitioned directory namespace.
 
 Spec: spec/partitioning.md "Metadata Definition", "Physical Layout and Naming",
-"Runtime Namespace Properties", Appendices A, B, C, E; docs/decisions.md §4–§7.
+"Runtime Namespace Properties", Appendices A, B, C, E; docs/design.md §4–§7.
 """
 
 from __future__ import annotations

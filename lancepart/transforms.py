@@ -1,7 +1,7 @@
 """Partition transforms: one small class per transform type of spec "Supported Transforms".
 
 Each class knows its result type, which source types it accepts and how to apply itself to Arrow
-arrays (vectorised; no per-row Python). The rule every class follows (docs/decisions.md §3): its value
+arrays (vectorised; no per-row Python). The rule every class follows (docs/design.md §3): its value
 equals DataFusion's evaluation of the field's derived expression
 (:func:`lancepart.datafusion.derived_expression`) on the same input, which
 tests/test_datafusion_equivalence.py checks on random inputs.
@@ -333,7 +333,7 @@ def _check_hashable(t: pa.DataType, field_id: str | None, name: str) -> None:
     except InvalidSpecError:
         raise InvalidSpecError(
             f"{_where(field_id)}: transform {name!r} does not support source type {t} "
-            f"(murmur3 defines no canonical bytes for it, docs/decisions.md §1)"
+            f"(murmur3 defines no canonical bytes for it, docs/design.md §1)"
         ) from None
 
 
@@ -414,7 +414,7 @@ class TruncateTransform(BaseTransform):
         t = self._one_source(source_types, field_id)
         w = self.width
         if pa.types.is_floating(t):
-            raise self._unsupported(t, field_id, "floats cannot be truncated, docs/decisions.md §2")
+            raise self._unsupported(t, field_id, "floats cannot be truncated, docs/design.md §2")
         if pa.types.is_integer(t) or _is_string(t):
             limit = _INT64_MAX
         elif _is_binary(t):

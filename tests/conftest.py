@@ -115,7 +115,7 @@ def ns(root):
 
 
 def assert_read_versions_only_increase(ns) -> None:
-    """docs/decisions.md §8: across every ``__manifest`` version, no table's ``read_version`` ever
+    """docs/design.md §8: across every ``__manifest`` version, no table's ``read_version`` ever
     moves backwards (and at least one table has one, so the check cannot pass vacuously)."""
     import lance
 

@@ -3,7 +3,7 @@
 Spec: spec/partitioning.md "Transaction / Read Behavior" (a partition table is read at its
 ``read_version`` / ``read_tag`` / ``read_branch``, so cleanup must never remove those) and
 spec/storage-layout.md (``data/``, ``_versions/``, ``_transactions/`` of a table);
-docs/decisions.md §8 (what a dead job leaves: fragments never committed, versions beyond
+docs/design.md §8 (what a dead job leaves: fragments never committed, versions beyond
 ``read_version``). Real Lance tables on disk, real writer processes killed at protocol steps
 (lancepart/write/faults.py), and an S3-compatible store for the object-store path.
 """
@@ -87,7 +87,7 @@ def test_killed_jobs_and_old_versions_go_snapshot_and_tag_stay(ns):
     and versions that cleanup removes; the published snapshot and a tagged version stay
     readable; what is left is exactly what the remaining versions reference. A dry run
     before removes nothing and reports the counts and bytes the real run then removes
-    (spec "Transaction"; docs/decisions.md §8)."""
+    (spec "Transaction"; docs/design.md §8)."""
     root = ns.root
     ns.write(batch(1).table(), batch_id="b1")
     first = ns.partitions()[0]
@@ -211,7 +211,7 @@ def test_unreferenced_directories_and_files_by_age(ns):
     older than ``older_than``; a recent one (a job may still be writing it), referenced tables,
     ``__manifest``, a V1 ``<name>.lance`` table and foreign directories stay. The same age rule
     for uncommitted fragments inside a referenced table (directory-namespace.md "Manifest Table
-    Directory"; docs/decisions.md §5)."""
+    Directory"; docs/design.md §5)."""
     root = ns.root
     ns.write(batch(1).table(), batch_id="b1")
     data = batch(1).table().cast(ns.schema)
@@ -350,7 +350,7 @@ def test_cleanup_beside_live_writers(ns):
 @pytest.mark.spark
 def test_killed_spark_job_directories_go(ns):
     """A Spark driver killed after its executors wrote fragments for new partitions, before it
-    reserved them: the job's own table directories (data files only, docs/decisions.md §5 names) are
+    reserved them: the job's own table directories (data files only, docs/design.md §5 names) are
     referenced by nothing and go; the published snapshot stays."""
     ns.write(batch(1, days=1).table(), batch_id="b1")
     before, tables = ns.to_table().sort_by("id"), {p.location for p in ns.partitions()}

@@ -1,6 +1,6 @@
 """Compaction of partition tables (README "Compaction", ``ns.compact``): spec/partitioning.md "Transaction"
 (every table read and rewritten at its published ``read_version`` / ``read_tag``; ONE atomic
-``__manifest`` commit; rebase-or-fail on conflict) and docs/decisions.md §8 (versions beyond
+``__manifest`` commit; rebase-or-fail on conflict) and docs/design.md §8 (versions beyond
 ``read_version`` are never published by someone else), with real Lance tables, real processes
 and real Spark."""
 
@@ -234,7 +234,7 @@ def test_rebase_over_append_and_drop_over_overwrite(small):
 def test_writer_publishing_during_compaction_loses_nothing(small, step):
     """A compaction process is held after its rewrite (or after its table commits); meanwhile this
     process appends to every table and publishes. The compaction must rebase onto the writer's
-    published versions: nothing lost, nothing doubled, read_version only increases (docs/decisions.md §8)."""
+    published versions: nothing lost, nothing doubled, read_version only increases (docs/design.md §8)."""
     ns, old = small
     published = {p.object_id: p.read_version for p in ns.partitions()}
     on_disk = files_on_disk(ns)
@@ -259,7 +259,7 @@ def test_writer_publishing_during_compaction_loses_nothing(small, step):
 def test_writer_holding_an_older_base_loses_nothing(small):
     """A writer process commits its tables on the pre-compaction version and stalls before its
     __manifest commit; the compaction publishes first. The writer must notice at its publish and
-    re-apply its fragments on top of the compacted version (docs/decisions.md §8 hazard 2b)."""
+    re-apply its fragments on top of the compacted version (docs/design.md §8 hazard 2b)."""
     ns, old = small
     published = {p.object_id: p.read_version for p in ns.partitions()}
     proc = spawn("writer_proc.py", ns.root, "--start", "50000", "--rows", "600", "--days", str(DAYS),
@@ -278,7 +278,7 @@ def test_writer_holding_an_older_base_loses_nothing(small):
 
 
 def test_killed_writer_fragments_are_never_published(small):
-    """A writer killed after its table commits leaves versions beyond read_version (docs/decisions.md §8
+    """A writer killed after its table commits leaves versions beyond read_version (docs/design.md §8
     hazard 2). Compaction works on the published version and never publishes those fragments."""
     ns, old = small
     published = published_fragments(ns)

@@ -1,4 +1,4 @@
-"""Concurrency proof of the write protocol (spec/partitioning.md "Transaction", docs/decisions.md §8).
+"""Concurrency proof of the write protocol (spec/partitioning.md "Transaction", docs/design.md §8).
 
 N real writer processes (N in 2, 4, 8) append AND overwrite overlapping partitions in
 lock-step (a wall-clock start, then a file barrier before every batch), all of them creating

@@ -1,4 +1,4 @@
-"""Crash proof of the write protocol (docs/decisions.md §8 hazard 2; spec/partitioning.md "Transaction").
+"""Crash proof of the write protocol (docs/design.md §8 hazard 2; spec/partitioning.md "Transaction").
 
 A writer process (local ``ns.write``, or a Spark driver running ``lancepart.spark.write`` on
 ``local[2]``) is killed (a) deterministically at every protocol step with

@@ -1,4 +1,4 @@
-"""The rule of docs/decisions.md §3, as a property: for every transform and supported type, the value
+"""The rule of docs/design.md §3, as a property: for every transform and supported type, the value
 computed on executors (``transforms.apply``) equals DataFusion's evaluation of the spec's derived
 expression (spec/partitioning.md "Supported Transforms") on the same input.
 
@@ -271,7 +271,7 @@ TIME_CASES = [(p, x) for x in ["date32", "date64", *TIMESTAMPS] for p in ("year"
 
 @pytest.mark.parametrize(("part", "name"), TIME_CASES)
 def test_time_transforms_equal_date_part(part, name):
-    """docs/decisions.md §3: year/month/day/hour == date_part(part, col0), dates and every unit and zone."""
+    """docs/design.md §3: year/month/day/hour == date_part(part, col0), dates and every unit and zone."""
     check({"type": part}, [data(name)])
 
 
@@ -304,7 +304,7 @@ def test_multi_bucket_equals_abs_murmur3_multi_mod_n(names, n):
 @pytest.mark.parametrize("w", [1, 3, 10, 1000])
 @pytest.mark.parametrize("name", [*INTS, *DECIMALS, "utf8", "large_utf8", "binary", "large_binary"])
 def test_truncate_equals_derived_expression(name, w):
-    """docs/decisions.md §2: numbers col0 - (col0 % W), strings left(col0, W), binary the byte form."""
+    """docs/design.md §2: numbers col0 - (col0 % W), strings left(col0, W), binary the byte form."""
     a = data(name)
     check({"type": "truncate", "width": w}, [a], a.type)
 
@@ -420,7 +420,7 @@ def test_expression_murmur3_multi_skips_nulls_like_mmh3():
 
 @pytest.mark.parametrize("name", ["int64", "utf8", "binary", ts_name("us", None)])
 def test_bucket_matches_mmh3_on_canonical_bytes(name):
-    """Independent of lancepart.murmur3: mmh3 over docs/decisions.md §1 canonical bytes, abs in 64 bits."""
+    """Independent of lancepart.murmur3: mmh3 over docs/design.md §1 canonical bytes, abs in 64 bits."""
     a = data(name)
     got = transforms.BucketTransform(1000).apply([a]).to_pylist()
 

@@ -1,4 +1,4 @@
-"""The incremental ``__manifest`` commit (issue "Performance", goal 2; docs/decisions.md "The
+"""The incremental ``__manifest`` commit (issue "Performance", goal 2; docs/design.md "The
 ``__manifest`` commit"; spec directory-namespace.md "V2: Manifest").
 
 A commit no longer reads and rewrites the whole table: it looks its rows up through the

@@ -1,4 +1,4 @@
-"""Tests of lancepart.murmur3 (docs/decisions.md §1: Iceberg-compatible 32-bit MurmurHash3 of canonical bytes).
+"""Tests of lancepart.murmur3 (docs/design.md §1: Iceberg-compatible 32-bit MurmurHash3 of canonical bytes).
 
 Every expectation is computed independently: values are canonicalised here in plain Python
 (``_ref_bytes``) and hashed per row with ``mmh3.hash(b, 0, signed=True)``; nothing is compared
@@ -260,14 +260,14 @@ ICEBERG_VECTORS = [
 
 @pytest.mark.parametrize(("name", "arr", "expected"), ICEBERG_VECTORS, ids=[v[0] for v in ICEBERG_VECTORS])
 def test_iceberg_vectors(name, arr, expected):
-    """docs/decisions.md §1: the Iceberg spec's bucket-hash test vectors (Appendix B)."""
+    """docs/design.md §1: the Iceberg spec's bucket-hash test vectors (Appendix B)."""
     assert mmh3.hash(_ref_bytes(arr)[0], 0, signed=True) == expected  # the vector itself holds
     assert M.murmur3(arr).to_pylist() == [expected]
     assert M.hash_scalar(arr[0], arr.type) == expected
 
 
 def test_iceberg_vectors_from_python_literals():
-    """docs/decisions.md §1: hash_scalar on plain Python literals reproduces the Iceberg vectors."""
+    """docs/design.md §1: hash_scalar on plain Python literals reproduces the Iceberg vectors."""
     assert M.hash_scalar(34, pa.int64()) == 2017239379
     assert M.hash_scalar(34, pa.int32()) == 2017239379
     assert M.hash_scalar(dt.date(2017, 11, 16), pa.date32()) == -653330422
@@ -284,7 +284,7 @@ def test_iceberg_vectors_from_python_literals():
 
 
 def test_iceberg_negative_zero_float():
-    """docs/decisions.md §1: -0.0 hashes as 0.0 (Iceberg spec: 0.0F and -0.0F -> 1669671676)."""
+    """docs/design.md §1: -0.0 hashes as 0.0 (Iceberg spec: 0.0F and -0.0F -> 1669671676)."""
     expected = mmh3.hash(bytes(8), 0, signed=True)
     assert expected == 1669671676
     assert M.murmur3(pa.array([0.0, -0.0], pa.float64())).to_pylist() == [expected, expected]
@@ -296,7 +296,7 @@ def test_iceberg_negative_zero_float():
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_random_matches_mmh3(kind, block_sizes):
-    """docs/decisions.md §1: murmur3 == per-row mmh3 of the canonical bytes, incl. NULLs, slices, chunks."""
+    """docs/design.md §1: murmur3 == per-row mmh3 of the canonical bytes, incl. NULLs, slices, chunks."""
     rng = np.random.default_rng(zlib.crc32(kind.encode()))  # str hash() is salted per process
     arr = _make(kind, rng)
     assert arr.null_count > 0 or kind.startswith("utf8")
@@ -321,7 +321,7 @@ def test_random_matches_mmh3(kind, block_sizes):
 
 
 def test_nan_payloads_all_hash_alike():
-    """docs/decisions.md §1: every NaN (any payload/sign, float32 or float64) hashes as canonical NaN."""
+    """docs/design.md §1: every NaN (any payload/sign, float32 or float64) hashes as canonical NaN."""
     canon = mmh3.hash(struct.pack("<Q", 0x7FF8000000000000), 0, signed=True)
     f64 = np.array([0x7FF8000000000000, 0x7FF0000000000001, 0xFFF8000000000000, 0xFFFFFFFFFFFFFFFF], np.uint64)
     f32 = np.array([0x7FC00000, 0x7F800001, 0xFFC00000, 0xFFFFFFFF], np.uint32)
@@ -330,7 +330,7 @@ def test_nan_payloads_all_hash_alike():
 
 
 def test_long_and_mixed_length_values(block_sizes):
-    """docs/decisions.md §1: values of any length (long pool, stragglers, huge single values)."""
+    """docs/design.md §1: values of any length (long pool, stragglers, huge single values)."""
     rng = np.random.default_rng(7)
     lens = np.where(rng.random(3000) < 0.05, rng.integers(100, 5000, 3000), rng.integers(0, 70, 3000))
     vals = [rng.bytes(int(k)) if i % 11 else None for i, k in enumerate(lens)]
@@ -345,7 +345,7 @@ def test_long_and_mixed_length_values(block_sizes):
 
 
 def test_null_slots_with_bytes_behind_them():
-    """docs/decisions.md §1: NULL slots whose offsets span bytes are still NULL and excluded from multi."""
+    """docs/design.md §1: NULL slots whose offsets span bytes are still NULL and excluded from multi."""
     data = b"aaaabbbbbcc"
     offsets = np.array([0, 4, 9, 11], np.int32)
     validity = np.packbits(np.array([1, 0, 1], bool), bitorder="little")
@@ -362,7 +362,7 @@ def test_null_slots_with_bytes_behind_them():
 
 
 def test_dictionary_arrays(block_sizes):
-    """docs/decisions.md §1: dictionary-encoded arrays hash their decoded values; null indices -> NULL."""
+    """docs/design.md §1: dictionary-encoded arrays hash their decoded values; null indices -> NULL."""
     rng = np.random.default_rng(3)
     words = _rand_strings(rng, 50, 30)
     words = [w for w in words if w is not None]
@@ -381,20 +381,20 @@ def test_dictionary_arrays(block_sizes):
 # Type promotion.
 # --------------------------------------------------------------------------------------------
 def test_promotion_int32_int64():
-    """docs/decisions.md §1: int32(5) and int64(5) hash alike (all integers hash as int64)."""
+    """docs/design.md §1: int32(5) and int64(5) hash alike (all integers hash as int64)."""
     hs = {M.murmur3(pa.array([5], t)).to_pylist()[0] for t in (pa.int8(), pa.int32(), pa.int64(), pa.uint16())}
     assert hs == {mmh3.hash(_q(5), 0, signed=True)}
 
 
 def test_promotion_float32_float64():
-    """docs/decisions.md §1: float32(1.5) and float64(1.5) hash alike (floats hash as double bits)."""
+    """docs/design.md §1: float32(1.5) and float64(1.5) hash alike (floats hash as double bits)."""
     a = M.murmur3(pa.array([1.5], pa.float32())).to_pylist()
     b = M.murmur3(pa.array([1.5], pa.float64())).to_pylist()
     assert a == b == [mmh3.hash(struct.pack("<d", 1.5), 0, signed=True)]
 
 
 def test_promotion_timestamp_units():
-    """docs/decisions.md §1: the same instant in s / ms / us / ns (any tz) hashes alike."""
+    """docs/design.md §1: the same instant in s / ms / us / ns (any tz) hashes alike."""
     secs = [1510871468, -86_401, 0]
     expected = [mmh3.hash(_q(s * 10**6), 0, signed=True) for s in secs]
     for unit, mul in (("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9)):
@@ -404,13 +404,13 @@ def test_promotion_timestamp_units():
 
 
 def test_timestamp_ns_floors_negative():
-    """docs/decisions.md §1: ns -> us is floor division (toward -inf), not truncation."""
+    """docs/design.md §1: ns -> us is floor division (toward -inf), not truncation."""
     arr = pa.array([-1, -999, -1000, -1001, 999, 1000], pa.timestamp("ns"))
     assert M.murmur3(arr).to_pylist() == [mmh3.hash(_q(u), 0, signed=True) for u in (-1, -1, -1, -2, 0, 1)]
 
 
 def test_bool_and_uint64_canonical():
-    """docs/decisions.md §1: bool hashes as int64 0/1; uint64 above 2**63 hashes its raw 8 bytes."""
+    """docs/design.md §1: bool hashes as int64 0/1; uint64 above 2**63 hashes its raw 8 bytes."""
     assert M.murmur3(pa.array([True, False, None])).to_pylist() == [
         mmh3.hash(_q(1), 0, signed=True),
         mmh3.hash(_q(0), 0, signed=True),
@@ -421,7 +421,7 @@ def test_bool_and_uint64_canonical():
 
 
 def test_decimal_canonical_bytes():
-    """docs/decisions.md §1: decimals hash the minimal big-endian two's complement unscaled value."""
+    """docs/design.md §1: decimals hash the minimal big-endian two's complement unscaled value."""
     vals = [0, 127, 128, -1, -129, 1420, -32768, 32767, 32768]
     expected = [
         b"\x00",
@@ -444,7 +444,7 @@ def test_decimal_canonical_bytes():
 # bucket.
 # --------------------------------------------------------------------------------------------
 def test_bucket_of_int32_min():
-    """docs/decisions.md §1: abs(h) % n in 64-bit: h = INT32_MIN gives 2147483648 % n, never negative."""
+    """docs/design.md §1: abs(h) % n in 64-bit: h = INT32_MIN gives 2147483648 % n, never negative."""
     h = pa.array([INT32_MIN, None, -1, 2**31 - 1, 0], pa.int32())
     for n in (1, 2, 3, 7, 10, 16, 1000, 2**31 - 1):
         got = M.bucket_of_hash(h, n).to_pylist()
@@ -455,7 +455,7 @@ def test_bucket_of_int32_min():
 
 
 def test_bucket_range_and_nulls(block_sizes):
-    """docs/decisions.md §1: bucket results lie in [0, n) and NULLs are preserved."""
+    """docs/design.md §1: bucket results lie in [0, n) and NULLs are preserved."""
     rng = np.random.default_rng(11)
     arr = _make("int64", rng, 50_000)
     ref = _ref_hash(arr)
@@ -472,7 +472,7 @@ def test_bucket_range_and_nulls(block_sizes):
 
 @pytest.mark.parametrize("bad", [0, -3, 2**31, 1.5, True, "8"])
 def test_bucket_rejects_bad_num_buckets(bad):
-    """docs/decisions.md §1: num_buckets must be an int in [1, 2**31 - 1]."""
+    """docs/design.md §1: num_buckets must be an int in [1, 2**31 - 1]."""
     with pytest.raises(InvalidSpecError):
         M.bucket(pa.array([1]), bad)
 
@@ -481,7 +481,7 @@ def test_bucket_rejects_bad_num_buckets(bad):
 # murmur3_multi.
 # --------------------------------------------------------------------------------------------
 def test_multi_concatenates_non_null_arguments(block_sizes):
-    """docs/decisions.md §1: murmur3_multi hashes the concatenated canonical bytes of non-NULL args."""
+    """docs/design.md §1: murmur3_multi hashes the concatenated canonical bytes of non-NULL args."""
     rng = np.random.default_rng(5)
     n = 5000
     cols = [_make("int32", rng, n), _make("utf8", rng, n), _make("float64", rng, n), _make("decimal128", rng, n)]
@@ -498,7 +498,7 @@ def test_multi_concatenates_non_null_arguments(block_sizes):
 
 
 def test_multi_all_null_is_null_and_fixed_fast_path(block_sizes):
-    """docs/decisions.md §1: all-NULL rows give NULL; the no-NULL fixed-width path agrees with mmh3."""
+    """docs/design.md §1: all-NULL rows give NULL; the no-NULL fixed-width path agrees with mmh3."""
     a = pa.array([1, None, None, 4], pa.int64())
     b = pa.array([None, None, 3.0, 4.0], pa.float64())
     assert M.murmur3_multi(a, b).to_pylist() == [
@@ -519,13 +519,13 @@ def test_multi_all_null_is_null_and_fixed_fast_path(block_sizes):
 
 @pytest.mark.parametrize("kind", ["int64", "utf8", "binary", "decimal256", "timestamp/ns/UTC", "bool"])
 def test_multi_single_argument_equals_murmur3(kind):
-    """docs/decisions.md §1: murmur3_multi(x) == murmur3(x) (incl. NULLs)."""
+    """docs/design.md §1: murmur3_multi(x) == murmur3(x) (incl. NULLs)."""
     arr = _make(kind, np.random.default_rng(2), 3000)
     assert M.murmur3_multi(arr).to_pylist() == M.murmur3(arr).to_pylist() == _ref_hash(arr)
 
 
 def test_multi_equals_hash_of_concatenated_canonical_bytes():
-    """docs/decisions.md §1: murmur3_multi(a, b) == murmur3 of the concatenated canonical bytes."""
+    """docs/design.md §1: murmur3_multi(a, b) == murmur3 of the concatenated canonical bytes."""
     a = pa.array(["x", None, "", "long value " * 9], pa.string())
     b = pa.array([dt.date(2020, 1, 1), dt.date(1969, 12, 31), None, None], pa.date32())
     concat = [
@@ -542,7 +542,7 @@ def test_multi_equals_hash_of_concatenated_canonical_bytes():
 
 
 def test_multi_rejects_mismatched_lengths():
-    """docs/decisions.md §1: multi arguments must have one length."""
+    """docs/design.md §1: multi arguments must have one length."""
     with pytest.raises(InvalidSpecError):
         M.murmur3_multi(pa.array([1, 2]), pa.array([1]))
 
@@ -563,7 +563,7 @@ def test_multi_rejects_mismatched_lengths():
     ids=lambda a: str(a.type),
 )
 def test_unsupported_type_raises(arr):
-    """docs/decisions.md §1: any type outside the canonical-bytes table raises InvalidSpecError naming it."""
+    """docs/design.md §1: any type outside the canonical-bytes table raises InvalidSpecError naming it."""
     for fn in (M.murmur3, M.canonical_bytes, M.murmur3_multi, lambda x: M.bucket(x, 4)):
         with pytest.raises(InvalidSpecError, match=str(arr.type).replace("[", r"\[").replace("(", r"\(")):
             fn(arr)
@@ -574,7 +574,7 @@ def test_unsupported_type_raises(arr):
 
 
 def test_non_arrow_input_is_a_type_error():
-    """docs/decisions.md §1: inputs must be pyarrow Arrays or ChunkedArrays."""
+    """docs/design.md §1: inputs must be pyarrow Arrays or ChunkedArrays."""
     for fn in (
         M.murmur3,
         M.canonical_bytes,
@@ -587,7 +587,7 @@ def test_non_arrow_input_is_a_type_error():
 
 
 def test_empty_inputs():
-    """docs/decisions.md §1: empty arrays / chunk-less chunked arrays give empty int32 results."""
+    """docs/design.md §1: empty arrays / chunk-less chunked arrays give empty int32 results."""
     for t in (pa.int64(), pa.string(), pa.decimal128(5, 2), pa.float32()):
         assert M.murmur3(pa.array([], t)).type == pa.int32()
         assert len(M.murmur3(pa.array([], t))) == 0

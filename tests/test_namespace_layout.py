@@ -1,6 +1,6 @@
 """Namespace layout on disk: spec/partitioning.md "Physical Layout and Naming", "Manifest Table
 Schema", "Runtime Namespace Properties", Appendices A, B, C, E; spec/directory-namespace.md
-"V2: Manifest"; docs/decisions.md §4–§7. Real Lance tables, and Lance's own DirectoryNamespace
+"V2: Manifest"; docs/design.md §4–§7. Real Lance tables, and Lance's own DirectoryNamespace
 as the reference reader."""
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def test_root_forms(tmp_path, monkeypatch, events_schema, appendix_a, form):
 
 
 def test_partition_ids_are_deterministic_and_distinct():
-    """docs/decisions.md §4: same spec version + level + values -> same 16-char base36 id."""
+    """docs/design.md §4: same spec version + level + values -> same 16-char base36 id."""
     a = partition_ids(1, [pa.array([2025, 2025, None], pa.int32()), pa.array(["US", "FR", "US"])])
     b = partition_ids(1, [pa.array([2025, 2025, None], pa.int32()), pa.array(["US", "FR", "US"])])
     assert a == b
@@ -232,7 +232,7 @@ def _reserve_in_process(root: str, barrier, out) -> None:
 
 
 def test_two_processes_reserving_the_same_partitions_make_one_table_each(root, events_schema, appendix_a):
-    """docs/decisions.md §8 hazard 1: two writers create the same new partitions at once -> exactly one
+    """docs/design.md §8 hazard 1: two writers create the same new partitions at once -> exactly one
     table per partition; both see the same location; the loser's empty tables are removed."""
     PartitionedNamespace.create(root, events_schema, appendix_a["partition_spec_v1"])
     ctx = mp.get_context("spawn")

@@ -2,7 +2,7 @@
 
 Spec: spec/partitioning.md "Query Optimization" (Manifest Table Schema, Partition Pruning),
 "Partition Evolution / Compatibility with Partition Pruning", Appendices C and D;
-docs/decisions.md §1-§3 (murmur3 buckets, truncate, time transforms as date_part values).
+docs/design.md §1-§3 (murmur3 buckets, truncate, time transforms as date_part values).
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def _ts(*a) -> dt.datetime:
       {"type": "utf8"}}, {"s": ["apple", "apricot", "banana", "avocado", "a", None]}, "s LIKE 'a%'", 3),
     ({"field_id": "t", "source_ids": [2], "transform": {"type": "truncate", "width": 2}, "result_type":
       {"type": "utf8"}}, {"s": ["apple", "apricot", "banana", "avocado", "a", None]}, "s >= 'b'", 1),
-    # year / month / day / hour are date_part values (docs/decisions.md §3)
+    # year / month / day / hour are date_part values (docs/design.md §3)
     ({"field_id": "y", "source_ids": [3], "transform": {"type": "year"}, "result_type": INT32},
      {"d": [D(2023, 5, 1), D(2024, 1, 1), D(2025, 12, 31), None]}, "d >= DATE '2024-06-01'", 3),  # + NULL year
     # an instant beyond chrono's range (year > 262142) has a NULL year: one-sided ranges keep it,

@@ -1,5 +1,5 @@
 """The Spark write path on real Spark local[2]: spec/partitioning.md "Transaction" and
-docs/decisions.md §8. Partition values are recomputed independently (mmh3, dates) and the
+docs/design.md §8. Partition values are recomputed independently (mmh3, dates) and the
 published snapshot is read back with Lance at every table's read_version."""
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_schema_mismatch_before_any_write(spark, ns):
 
 
 def test_concurrent_creator_wins_and_spark_job_adopts_its_tables(spark, ns, monkeypatch):
-    """docs/decisions.md §8 hazard 1 on the Spark path: executors wrote new partitions into this
+    """docs/design.md §8 hazard 1 on the Spark path: executors wrote new partitions into this
     job's own directories; meanwhile another process reserves the same partitions. Exactly
     one table per partition survives and the Spark job's rows move into the winner's tables."""
     import subprocess

@@ -105,7 +105,7 @@ def test_same_transforms_are_compatible():
 
 
 def test_time_hierarchy_needs_the_coarser_field_on_the_finer_side():
-    """Time hierarchy under date_part semantics (docs/decisions.md §3): [day, hour] ~ [day] groups by
+    """Time hierarchy under date_part semantics (docs/design.md §3): [day, hour] ~ [day] groups by
     day; hour ~ day alone cannot (an hour partition holds every day); [year, month] ~ [year]."""
     c = compatibility(KS, [spec(DAY, HOUR)], KS, [spec(DAY)], ["ts"], ["ts"])
     assert c and [(m.left_field, m.right_field) for m in c.matches] == [("dd", "dd")]

@@ -1,5 +1,5 @@
 """Partition transforms on hand-made cases: spec/partitioning.md "Partition Expression",
-"Supported Transforms", "Hash Functions", docs/decisions.md §1-§3, and the validation rules."""
+"Supported Transforms", "Hash Functions", docs/design.md §1-§3, and the validation rules."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def field(tf: dict | None = None, sources: list[int] | None = None, rt: dict | p
 
 
 def int64_with_murmur3(target: int) -> int:
-    """An int64 whose canonical bytes (8 bytes LE, docs/decisions.md §1) hash to ``target``.
+    """An int64 whose canonical bytes (8 bytes LE, docs/design.md §1) hash to ``target``.
 
     MurmurHash3_x86_32 is a bijection per 4-byte block, so it can be run backwards: an
     independent construction (pure Python), checked with mmh3 below."""
@@ -119,7 +119,7 @@ def test_identity_decodes_dictionary_columns():
 
 
 def test_year_month_day_are_calendar_values_not_epoch_ordinals():
-    """docs/decisions.md §3: calendar year, month 1-12, day 1-31 (not Iceberg's ordinals)."""
+    """docs/design.md §3: calendar year, month 1-12, day 1-31 (not Iceberg's ordinals)."""
     days = pa.array([20432, -1, 19782, -135140, -719528, None], pa.date32())  # 2025-12-10, 1969-12-31, 2024-02-29
     assert YearTransform().apply([days]).to_pylist() == [2025, 1969, 2024, 1600, 0, None]
     assert MonthTransform().apply([days]).to_pylist() == [12, 12, 2, 1, 1, None]
@@ -185,7 +185,7 @@ def test_time_transforms_null_in_null_out():
 
 
 def test_bucket_matches_icebergs_published_hash_vectors():
-    """docs/decisions.md §1: 34 (long) -> 2017239379, 'iceberg' -> 1210000089; bucket = abs(h) % N."""
+    """docs/design.md §1: 34 (long) -> 2017239379, 'iceberg' -> 1210000089; bucket = abs(h) % N."""
     assert BucketTransform(16).apply([pa.array([34], pa.int64())]).to_pylist() == [2017239379 % 16]
     assert BucketTransform(1000).apply([pa.array(["iceberg"])]).to_pylist() == [1210000089 % 1000]
 
@@ -199,7 +199,7 @@ def test_bucket_is_type_promotion_resistant():
 
 @pytest.mark.parametrize("n", [1, 7, 16, 1000, 2**31 - 1])
 def test_bucket_of_int32_min_hash_is_never_negative(n):
-    """abs(-2147483648) in 64 bits is 2147483648 (docs/decisions.md §1): bucket = 2**31 % N >= 0."""
+    """abs(-2147483648) in 64 bits is 2147483648 (docs/design.md §1): bucket = 2**31 % N >= 0."""
     a = pa.array([INT32_MIN_PREIMAGE, None], pa.int64())
     assert BucketTransform(n).apply([a]).to_pylist() == [2**31 % n, None]
     # DataFusion's derived expression agrees, because our murmur3 UDF returns Int64
@@ -241,7 +241,7 @@ def test_multi_bucket_ignores_null_columns_and_is_null_when_all_are():
 
 
 def test_truncate_follows_the_derived_expression_not_iceberg_floor():
-    """docs/decisions.md §2: col0 - (col0 % W), remainder signed like the dividend: truncate(-11, 10) = -10."""
+    """docs/design.md §2: col0 - (col0 % W), remainder signed like the dividend: truncate(-11, 10) = -10."""
     a = pa.array([-11, 11, -1, 0, 19, None], pa.int64())
     assert TruncateTransform(10).apply([a]).to_pylist() == [-10, 10, 0, 0, 10, None]
 
@@ -263,7 +263,7 @@ def test_truncate_decimal_counts_whole_units_of_the_value():
 
 
 def test_truncate_strings_keeps_code_points_like_left():
-    """docs/decisions.md §2: the first W Unicode code points (combining marks count on their own)."""
+    """docs/design.md §2: the first W Unicode code points (combining marks count on their own)."""
     a = pa.array(["héllo", "😀😀x", "", "e\u0301e\u0301", None, "日本語テキスト"])
     assert TruncateTransform(3).apply([a]).to_pylist() == ["hél", "😀😀x", "", "e\u0301e", None, "日本語"]
     big = TruncateTransform(1).apply([a.cast(pa.large_utf8())])

@@ -1,5 +1,5 @@
 """In-process write path: spec/partitioning.md "Transaction" (multi-partition commit, conflict
-resolution) and docs/decisions.md §8 (write protocol and its hazards), with real Lance tables
+resolution) and docs/design.md §8 (write protocol and its hazards), with real Lance tables
 and real concurrent processes."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_append_publishes_exactly_the_input(ns):
 
 
 def test_one_manifest_commit_per_write(ns):
-    """docs/decisions.md §8: a write that creates partitions publishes them, born with their data,
+    """docs/design.md §8: a write that creates partitions publishes them, born with their data,
     in its one __manifest commit (no reservation commit, no empty first version); each new table
     holds one fragment per partition however the input is chunked, in 3 files (data file,
     transaction, version manifest: no version hint)."""
@@ -235,7 +235,7 @@ def test_concurrent_writers_lose_and_double_nothing(ns):
 
 
 def test_partition_published_first_by_another_writer_is_adopted(ns, monkeypatch):
-    """docs/decisions.md §8 hazard 1 with tables born with their data: this write plans 12 new
+    """docs/design.md §8 hazard 1 with tables born with their data: this write plans 12 new
     partitions, and while it pauses (before writing anything) another process creates and
     publishes the same 12. The write still creates its own tables, then finds the partitions in
     __manifest when it publishes: it moves its rows into the standing tables and removes its own

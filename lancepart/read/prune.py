@@ -11,7 +11,7 @@ filter is still applied inside each partition scan (:attr:`PruneResult.residual`
 Partition values of literals are computed with the write path's own transforms
 (:func:`lancepart.transforms.transform_for` ``.apply``), so ``bucket``, ``truncate``,
 ``year``/``month``/``day``/``hour`` and expression fields prune with exactly the semantics the
-data was written with (docs/decisions.md §1-§3: time transforms are ``date_part`` values, not
+data was written with (docs/design.md §1-§3: time transforms are ``date_part`` values, not
 ordinals since the epoch, so only ``year`` is monotonic).
 
 The projected predicates become one DataFusion query over ``__manifest`` in the form of

@@ -20,7 +20,7 @@ bucket[N] ~ bucket[M]          one count divides the other (spec "Bucket divisib
 identity ~ any one-column      the identity side's value *is* the key, so the other side's
 transform or expression        transform applied to it gives the group key (``identity(d)`` ~
                                ``month(d)``, ``identity(k)`` ~ ``bucket(k, 8)``)
-time hierarchy                 year / month / day / hour are ``date_part`` values (docs/decisions.md
+time hierarchy                 year / month / day / hour are ``date_part`` values (docs/design.md
                                §3): ``day`` is the day of the month, so an ``hour`` partition
                                holds rows of every day and cannot be matched to one ``day``
                                partition. A finer side can be grouped to a coarser one when it
@@ -215,7 +215,7 @@ def _relation(lf: PartitionField, rf: PartitionField, lsrc: list[str], rsrc: lis
                           derive_side="right", derive_with=lf, derive_type=rf.result_type)
     if lk in _TIME and rk in _TIME:
         coarse, fine = sorted((lk, rk), key=_TIME.index)
-        return (f"{desc}: {lk} and {rk} are date_part values (docs/decisions.md §3), not nested time ranges: a "
+        return (f"{desc}: {lk} and {rk} are date_part values (docs/design.md §3), not nested time ranges: a "
                 f"{fine} partition holds rows of every {coarse}; the finer side must also be partitioned by "
                 f"{coarse}({lsrc[0]})")
     return f"{desc}: different transforms"

@@ -1,4 +1,4 @@
-"""Spark front end of the write path (spec "Transaction"; docs/decisions.md §8).
+"""Spark front end of the write path (spec "Transaction"; docs/design.md §8).
 
 One pass over the input:
 
@@ -52,7 +52,7 @@ FRAGMENT_ROW_SCHEMA = "object_id string, location string, fragments string, num_
 
 
 def job_location(job_id: str, object_id: str) -> str:
-    """The directory a job uses for a partition table it creates (docs/decisions.md §5 form)."""
+    """The directory a job uses for a partition table it creates (docs/design.md §5 form)."""
     return f"{hashlib.sha256(f'{job_id}/{object_id}'.encode()).hexdigest()[:8]}_{object_id}"
 
 

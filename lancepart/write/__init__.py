@@ -1,1 +1,1 @@
-"""The engine-agnostic write path: plan -> reserve -> write fragments -> commit (docs/decisions.md §8)."""
+"""The engine-agnostic write path: plan -> reserve -> write fragments -> commit (docs/design.md §8)."""

@@ -1,5 +1,5 @@
 """New partitions: each partition table is born with its data, in the write's one publish
-(docs/decisions.md §8).
+(docs/design.md §8).
 
 A partition that has no table when a write plans gets a directory this write names itself
 (``<8 random hex>_<object_id>``; Spark: a hash of the job id and the object id). The write puts

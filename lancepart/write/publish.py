@@ -1,5 +1,5 @@
 """Publish a job: commit each touched partition table, then ONE ``__manifest`` commit that
-moves ``read_version`` of all of them (spec "Transaction / Commit Behavior"; docs/decisions.md §8).
+moves ``read_version`` of all of them (spec "Transaction / Commit Behavior"; docs/design.md §8).
 
 The manifest commit is optimistic (see :mod:`lancepart.manifest`). Its mutation is the
 rebase: on every attempt it re-reads each touched table's published version from the

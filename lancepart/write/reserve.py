@@ -1,5 +1,5 @@
 """Find a write's partitions in ``__manifest``, and reserve the ones a write cannot create with
-its data (docs/decisions.md §8).
+its data (docs/design.md §8).
 
 A write finds its existing partitions here (:func:`reserve_partitions` with
 ``create_missing=False``: by lancepart's deterministic ids through the ``object_id`` index, else
@@ -11,7 +11,7 @@ a partition gets its namespace rows (one per level), its table row with a fresh
 ``<hash>_<object_id>`` location and an empty Lance table whose version is pinned as
 ``read_version`` (never NULL), all in one ``__manifest`` commit; the empty table is created
 *before* the commit so a published row never points at nothing. Object ids are deterministic
-(docs/decisions.md §4): two writers reserving the same partition collide on ``object_id``; the
+(docs/design.md §4): two writers reserving the same partition collide on ``object_id``; the
 loser's commit conflicts, it reloads, finds the winner's row, adopts it and deletes its own
 unused empty table.
 """

@@ -1,6 +1,6 @@
 """Commit new fragments to one partition table on top of its *published* version.
 
-docs/decisions.md §8 hazard 2: versions beyond ``read_version`` belong to jobs that died or
+docs/design.md §8 hazard 2: versions beyond ``read_version`` belong to jobs that died or
 have not published yet. A commit therefore produces a version whose fragments are
 exactly ``published ∪ ours`` (append), ``ours`` (overwrite) or ``(published − removed) ∪ ours``
 (a compaction's rewrite). Each round:
