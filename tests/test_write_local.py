@@ -315,3 +315,25 @@ def test_write_reports_phase_timings(ns):
     gated = ns.write(demo_events(100, seed=6, start_id=10_000), expectations=[{"type": "not_null", "column": "id"}])
     assert gated.details["expectations_s"] >= 0 and gated.details["chunks"] == 1
     assert gated.details["commit_tables_s"] >= 0 and gated.details["publish_s"] >= 0
+
+
+def test_group_rows_give_each_partition_its_rows_in_input_order():
+    """Issue 12: a write takes each partition's rows as slices of one reordered copy of its
+    input (not one ``take`` per partition over every chunk). On input made of many small
+    batches, as Spark hands a task, with NULL and NaN partition values, every partition gets
+    exactly its rows, in input order."""
+    from lancepart.write.plan import group_rows
+
+    n = 5_000
+    key = pa.array([None if i % 97 == 0 else (float("nan") if i % 89 == 0 else float(i % 37)) for i in range(n)])
+    table = pa.Table.from_batches(pa.table({"k": key, "i": pa.array(range(n))}).to_batches(max_chunksize=64))
+    assert table.column("i").num_chunks > 50
+    groups = group_rows(table.select(["k"]), spec_id=1)
+    parts = groups.rows(table)
+    assert len(parts) == len(groups.indices) == 37 + 2
+    for idx, part in zip(groups.indices, parts, strict=True):
+        assert part.schema == table.schema and part.num_rows == len(idx)
+        assert part.column("i").to_pylist() == table.column("i").take(pa.array(idx)).to_pylist()  # the row ids
+        assert part.column("i").to_pylist() == sorted(part.column("i").to_pylist())
+    assert sorted(i for p in parts for i in p.column("i").to_pylist()) == list(range(n))
+    assert group_rows(table.select(["k"]).slice(0, 0), spec_id=1).rows(table.slice(0, 0)) == []

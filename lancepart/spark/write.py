@@ -91,7 +91,7 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
             table = conform(pa.Table.from_batches(pending), schema)
             groups = group_rows(partition_values(table, spec, schema), spec.id)
             out: dict[str, list] = {"object_id": [], "location": [], "fragments": [], "num_rows": [], "keys": []}
-            for i, (oid, idx) in enumerate(zip(groups.table_object_ids, groups.indices, strict=True)):
+            for i, (oid, rows) in enumerate(zip(groups.table_object_ids, groups.rows(table), strict=True)):
                 location = existing.get(oid)
                 keys = None
                 if location is not None:  # a hand-edited __manifest row must not lead outside the root
@@ -101,12 +101,12 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
                 # a full or forbidden store: a typed error naming the table directory (in the task's failure)
                 with storage_errors(join_uri(root, location), table=oid):
                     if keys is not None:  # no table there yet: the driver creates it with every task's fragments
-                        written = write_new_fragments(table.take(idx), root, location, schema, max_rows_per_file, so)
+                        written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so)
                     else:
-                        written = lance.fragment.write_fragments(table.take(idx), join_uri(root, location),
+                        written = lance.fragment.write_fragments(rows, join_uri(root, location),
                                                                  schema=schema, max_rows_per_file=max_rows_per_file,
                                                                  storage_options=so)
-                for k, v in (("object_id", oid), ("location", location), ("num_rows", len(idx)), ("keys", keys),
+                for k, v in (("object_id", oid), ("location", location), ("num_rows", rows.num_rows), ("keys", keys),
                              ("fragments", json.dumps([f.to_json() for f in written]))):
                     out[k].append(v)
             if not out["object_id"]:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import lance
-import numpy as np
 import pyarrow as pa
 
 from lancepart import ids as _ids
@@ -132,9 +131,8 @@ def _write_local(
         phases["reserve_s"] = phases.get("reserve_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_reserve")
 
-        def write_group(item: tuple[TableWrite, np.ndarray], table: pa.Table = table) -> list:
-            w, idx = item
-            rows = table.take(idx)
+        def write_group(item: tuple[TableWrite, pa.Table]) -> list:
+            w, rows = item
             if w.keys is not None and one_pass:  # all its rows at once: the table is born with them
                 frags, w.created = create_table_with(rows, manifest.root, w.location, schema, max_rows_per_file, so)
             elif w.keys is not None:
@@ -147,10 +145,10 @@ def _write_local(
 
         # one Lance write per partition, on the bounded driver thread pool (Lance releases the GIL)
         t = time.monotonic()
-        items = [(writes[oid], idx) for oid, idx in zip(oids, groups.indices, strict=True)]
-        for (w, idx), frags in zip(items, map_threads(write_group, items), strict=True):
+        items = [(writes[oid], rows) for oid, rows in zip(oids, groups.rows(table), strict=True)]
+        for (w, rows), frags in zip(items, map_threads(write_group, items), strict=True):
             w.fragments.extend(frags)
-            w.rows += len(idx)
+            w.rows += rows.num_rows
         phases["write_s"] = phases.get("write_s", 0.0) + time.monotonic() - t
     # reading the input (a RecordBatchReader may compute it): the loop's time outside the phases
     loop_s = time.monotonic() - loop_started
