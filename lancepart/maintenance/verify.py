@@ -171,8 +171,8 @@ def check_files(info: PartitionInfo, ds: lance.LanceDataset) -> tuple[list[Probl
     missing = sorted(p for b, p in wanted if (b is None or b in bases) and p not in here)
     # tracked_files lists an index's files from its directory: a directory that is gone lists nothing
     index_dirs = {p.split("/")[1] for p in here if p.startswith("_indices/")}
-    indices = [i for i in ds.list_indices() if i.get("base_id") is None]
-    missing += sorted(f"_indices/{i['uuid']}/ (index {i['name']!r})" for i in indices if i["uuid"] not in index_dirs)
+    indices = [(d.name, seg.uuid) for d in ds.describe_indices() for seg in d.segments if seg.base_id is None]
+    missing += sorted(f"_indices/{uuid}/ (index {name!r})" for name, uuid in indices if uuid not in index_dirs)
     problems = [Problem(info.object_id, info.location, "missing_file",
                         f"partition table {info.object_id!r} version {ds.version}: {p} is referenced but does not "
                         f"exist") for p in missing[:MAX_FILES_PER_TABLE]]
