@@ -417,6 +417,26 @@ def store_errors(root: str, so: dict[str, str]) -> list[StorageUnavailableError]
     return out
 
 
+def test_seaweedfs_refused_credentials_raise_storage_unavailable(seaweedfs):
+    """moto accepts any key; SeaweedFS checks signatures. A wrong secret key (open, create) or
+    an unknown access key (open) raises StorageUnavailableError naming the root and
+    the endpoint ("refused the credentials"), and neither secret appears in the message
+    (docs/object-storage.md "Errors from the store")."""
+    so = seaweedfs.storage_options()
+    ns = create_ns(seaweedfs.new_root(), so)
+    fast = {"client_max_retries": "0", "client_retry_timeout": "1"}
+    wrong_secret = {**so, **fast, "aws_secret_access_key": f"WRONG-{seaweedfs.secret[::-1]}"}
+    unknown_key = {**so, **fast, "aws_access_key_id": "lancepart-nobody"}
+    for attempt in (lambda: PartitionedNamespace.open(ns.root, storage_options=wrong_secret),
+                    lambda: create_ns(ns.root + "-new", wrong_secret),
+                    lambda: PartitionedNamespace.open(ns.root, storage_options=unknown_key)):
+        with pytest.raises(StorageUnavailableError, match="refused the credentials") as e:
+            attempt()
+        assert ns.root in str(e.value) and seaweedfs.endpoint in str(e.value)
+        assert_no_secret(seaweedfs.secret, e.value)
+        assert_no_secret(wrong_secret["aws_secret_access_key"], e.value)
+
+
 def test_partition_table_commits_take_the_commit_lock(tmp_path):
     """With a commit-lock directory configured (stores without atomic put-if-absent), every
     commit takes the lock: __manifest, the reservation's empty tables, and each partition
