@@ -361,6 +361,11 @@ def test_concurrent_writer_processes_lose_and_double_nothing(s3, s3_ns):
     assert all(code == 0 for code, _, _ in results), [out[-2000:] for _, _, out in results]
     assert sum(r["partitions_created"] for _, r, _ in results) == 12  # 3 days x 4 buckets
     assert ids_of(ns) == sorted(i * 10_000 + j for i in range(3) for j in range(1500))
+    published = [r["manifest_version"] for _, r, _ in results]  # __manifest is linear: no version won twice
+    assert len(set(published)) == 3 and max(published) <= ns.manifest_version, published
+    manifest_ds = lance.dataset(join_uri(ns.root, "__manifest"), storage_options=s3.storage_options())
+    history = [v["version"] for v in manifest_ds.versions()]
+    assert history == list(range(1, ns.manifest_version + 1)), history
     parts = ns.partitions()
     assert len(parts) == len({p.object_id for p in parts}) == 12
     assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}
