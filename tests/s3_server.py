@@ -160,13 +160,15 @@ def serve(log: str | None = None, atomic: bool = False, put_delay: float = 0.0,
 
 @dataclass
 class S3Server:
-    """A running moto S3 server process and one bucket in it."""
+    """A running S3 server process and one bucket in it: moto (``kind="moto"``, here) or
+    SeaweedFS (``kind="seaweedfs"``, tests/seaweedfs_server.py; no request log, no stalls)."""
 
     proc: subprocess.Popen
     endpoint: str
     bucket: str
     secret: str  # random per server: the tests grep for it to prove it never leaks
     log: str | None = None
+    kind: str = "moto"
 
     def storage_options(self) -> dict[str, str]:
         """Lance (object_store) options for this endpoint: static keys, plain HTTP, path-style URLs."""
@@ -180,7 +182,8 @@ class S3Server:
         }
 
     def stall(self, delay: float = 0.0, meet: float = 0.0, once: bool = False) -> None:
-        """Set the server's stalls of ``_versions/`` puts (0 turns them off)."""
+        """Set the server's stalls of ``_versions/`` puts (0 turns them off); moto only."""
+        assert self.kind == "moto", "only the moto test server can stall puts"
         query = urllib.parse.urlencode({"delay": delay, "meet": meet, "once": float(once)})
         with urllib.request.urlopen(f"{self.endpoint}/_lancepart/stall?{query}", timeout=10) as r:
             assert json.loads(r.read()) == {"delay": delay, "meet": meet, "once": float(once)}

