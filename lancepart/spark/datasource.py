@@ -103,8 +103,8 @@ def register(spark) -> None:
 def _root(options: Mapping[str, str]) -> str:
     root = options.get("path")
     if not root:
-        raise InvalidArgumentError("option 'path' is missing: give the namespace root to load(root) / save(root) / "
-                                   "start(root)")
+        raise InvalidArgumentError(f"option 'path' is missing: give the namespace root to load(root) / save(root) / "
+                                   f"start(root) (options given: {sorted(options)})")
     if root.startswith("file:") and not root.startswith("file://"):  # Hadoop's form (CREATE TABLE ... LOCATION)
         root = "/" + root[len("file:"):].lstrip("/")
     return root
@@ -136,7 +136,7 @@ def _open(options: Mapping[str, str]):
     ns = PartitionedNamespace.open(_root(options), storage_options=storage_options(options))
     version = _int_option(options, "version", None, 1)
     if version is not None:
-        latest = ns.manifest.latest_version
+        latest = ns.manifest.latest_version()
         try:
             if version > latest:
                 raise ValueError(f"no version {version}")
