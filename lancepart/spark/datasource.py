@@ -307,20 +307,16 @@ def _write_fragments(plan: _WritePlan, batches: Iterator[pa.RecordBatch], existi
 
 def _publish(plan: _WritePlan, messages, *, mode: str, batch_id: str | None,
              phases: dict[str, Any]) -> CommitResult:
-    from lancepart.namespace import PartitionedNamespace
+    """Driver side: lps.write's own tail with the spec and schema the tasks wrote with."""
+    from lancepart.manifest import Manifest
     from lancepart.spark.write import publish_fragments
+    from lancepart.spec import PartitionSpec
 
     rows = [r for m in messages if m is not None for r in m.rows]
-    ns = PartitionedNamespace.open(plan.root, storage_options=plan.so)
-    spec = ns.specs.get(json.loads(plan.spec_json)["id"])
-    same_schema = ns.schema.serialize().to_pybytes() == plan.schema_bytes
-    if spec is None or spec.to_json_string() != plan.spec_json or not same_schema:
-        from lancepart.errors import CommitConflictError
-
-        raise CommitConflictError(f"the spec or schema of {plan.root} changed while the data source wrote; "
-                                  f"nothing was published, write again")
+    spec = PartitionSpec.from_json(plan.spec_json)
+    schema = pa.ipc.read_schema(pa.py_buffer(plan.schema_bytes))
     phases = {"tasks": len(messages), **phases}
-    return publish_fragments(ns.manifest, spec, ns.schema, rows, mode=mode, batch_id=batch_id,
+    return publish_fragments(Manifest(plan.root, plan.so), spec, schema, rows, mode=mode, batch_id=batch_id,
                              max_retries=plan.max_retries, started=plan.started, phases=phases)
 
 
