@@ -257,6 +257,21 @@ def test_version_option_reads_an_older_manifest_version(spark, tmp_path):
         spark.read.format("lancepart").option("version", 999).load(root).count()
 
 
+def test_a_given_schema_projects_the_read(spark, filled):
+    """No column pruning in the API: a schema naming fewer columns reads only those; a column the
+    namespace lacks is a SchemaMismatchError naming it."""
+    from pyspark.sql import functions as F
+
+    ns = PartitionedNamespace.open(filled)
+    df = spark.read.format("lancepart").schema("id long, amount double").load(filled)
+    assert df.columns == ["id", "amount"]
+    row = df.where(F.col("id") < 500).agg(F.count("*").alias("n"), F.sum("amount").alias("s")).collect()[0]
+    expected = ns.to_table("id < 500", columns=["amount"]).column("amount")
+    assert row["n"] == len(expected) and row["s"] == pytest.approx(pa.compute.sum(expected).as_py())
+    with pytest.raises(Exception, match=r"SchemaMismatchError: column\(s\) \['nope'\]"):
+        spark.read.format("lancepart").schema("id long, nope string").load(filled).count()
+
+
 # --------------------------------------------------------------------------- streaming
 def test_streaming_replayed_micro_batch_is_skipped(spark, tmp_path):
     """Exactly once: a micro-batch published but not yet in the checkpoint's commit log (delete

@@ -83,16 +83,24 @@ SPARK_OPTIONS = ("checkpointlocation", "paths")
 
 
 # --------------------------------------------------------------------------- registration
-def register(spark) -> None:
+def register(spark, strict: bool = True) -> None:
     """Register the ``lancepart`` data source in ``spark`` (idempotent) and enable Spark's filter
     pushdown for Python data sources, which the reader needs (``spark.sql.python.filterPushdown.enabled``).
+    ``strict=False`` (the implicit call of every ``lps.*`` function) logs a failure instead of
+    raising it: ``lps.write`` does not need the data source.
 
     >>> # lps.register(spark); spark.read.format("lancepart").load("/data/events")
     """
     if getattr(spark, "_lancepart_registered", False):
         return
-    spark.conf.set(PUSHDOWN_CONF, "true")
-    spark.dataSource.register(LancepartDataSource)
+    try:
+        spark.conf.set(PUSHDOWN_CONF, "true")
+        spark.dataSource.register(LancepartDataSource)
+    except Exception as e:
+        if strict:
+            raise
+        log.warning("cannot register the lancepart data source in this Spark session: %s", e)
+        return
     try:
         spark._lancepart_registered = True
     except AttributeError:  # pragma: no cover - a session object without a __dict__: register again next time
@@ -200,6 +208,7 @@ class FragmentsMessage(WriterCommitMessage):
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     query_id: str | None = None
+    plan_key: str | None = None  # the spec and schema the task wrote with
 
 
 @dataclass
@@ -214,6 +223,9 @@ class _WritePlan:
     max_rows_per_file: int
     max_retries: int
     started: float
+
+    def key(self) -> str:
+        return hashlib.sha256(self.spec_json.encode() + self.schema_bytes).hexdigest()[:16]
 
 
 def _spec_option(options: Mapping[str, str]):
@@ -398,8 +410,15 @@ class LancepartStreamWriter(DataSourceStreamArrowWriter):
             existing = _existing_tables(self.plan)
             _EXISTING.clear()
             _EXISTING[key] = existing
-        job_id = hashlib.sha256(f"{self.run_id}/{batch}".encode()).hexdigest()
-        return FragmentsMessage(_write_fragments(self.plan, iterator, existing, job_id), query_id=query_id)
+        # every task of the micro-batch (and a retried attempt of its stage) writes a new partition
+        # into one directory, never one of an earlier run or micro-batch
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        stage = tc.stageId() if tc is not None else "?"
+        job_id = hashlib.sha256(f"{self.run_id}/{batch}/{stage}".encode()).hexdigest()
+        rows = _write_fragments(self.plan, iterator, existing, job_id)
+        return FragmentsMessage(rows, query_id=query_id, plan_key=self.plan.key())
 
     def commit(self, messages, batchId: int) -> None:
         query_ids = {m.query_id for m in messages if m is not None and m.query_id}
@@ -409,6 +428,12 @@ class LancepartStreamWriter(DataSourceStreamArrowWriter):
                 raise InvalidArgumentError(f"micro-batch {batchId}: the tasks reported query ids {sorted(query_ids)}; "
                                            f"expected exactly one")
             return  # no task ran: nothing to publish
+        keys = {m.plan_key for m in messages if m is not None}
+        if keys != {self.plan.key()}:  # the spec or schema changed since the query started: publish nothing
+            from lancepart.errors import CommitConflictError
+
+            raise CommitConflictError(f"micro-batch {batchId}: the spec or schema of {self.plan.root} changed while "
+                                      f"it was written; nothing was published, restart the query to replay it")
         batch_id = f"{STREAM_BATCH_PREFIX}:{query_ids.pop()}:{batchId}"
         self.plan.started = time.monotonic()
         result = _publish(self.plan, messages, mode="append", batch_id=batch_id, phases={"micro_batch": batchId})
@@ -440,8 +465,8 @@ def _string(value: str) -> str:
 
 def _kind(t: pa.DataType) -> str | None:
     """The column kinds whose comparisons DataFusion evaluates exactly as Spark does. Floats are
-    left out (Spark: NaN = NaN and -0.0 = 0.0; Arrow orders them totally), as are zoned
-    timestamps, decimals and nested types."""
+    left out (Spark: NaN = NaN, NaN above every number, -0.0 = 0.0; the filter pushed into the
+    Lance scanner is not pinned for them), as are zoned timestamps, decimals and nested types."""
     if pa.types.is_dictionary(t):
         t = t.value_type
     if pa.types.is_boolean(t):

@@ -307,7 +307,7 @@ def read(
 
     >>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'", columns=["id", "amount"])
     """
-    register(spark)  # the `lancepart` data source, for format("lancepart") in the same session
+    register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     out = output_schema(ns.schema, columns)
     struct = spark_schema(out)

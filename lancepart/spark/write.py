@@ -164,7 +164,7 @@ def write(
 
     >>> # from lancepart import spark as lps; lps.write(df, "/data/events", batch_id="2025-12-10")
     """
-    register(df.sparkSession)  # the `lancepart` data source, for format("lancepart") in the same session
+    register(df.sparkSession, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     started = time.monotonic()
     check_mode(mode)
     if batch_id is not None:
