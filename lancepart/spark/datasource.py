@@ -167,7 +167,7 @@ def _result_file(root: str) -> str:
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, default=str)
