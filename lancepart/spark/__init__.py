@@ -11,8 +11,10 @@ partition tables with pylance on the executors.
 
 from lancepart.read.spj import Compatibility, JoinPlan, spj_compatibility
 from lancepart.spark.compact import compact
+from lancepart.spark.datasource import last_result, register
 from lancepart.spark.join import explain_join, join
 from lancepart.spark.read import read
 from lancepart.spark.write import write
 
-__all__ = ["Compatibility", "JoinPlan", "compact", "explain_join", "join", "read", "spj_compatibility", "write"]
+__all__ = ["Compatibility", "JoinPlan", "compact", "explain_join", "join", "last_result", "read", "register",
+           "spj_compatibility", "write"]

@@ -29,6 +29,7 @@ from lancepart.maintenance.compact import (
 )
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
+from lancepart.spark.datasource import register
 from lancepart.spark.tasks import options_value, spark_action
 
 log = logging.getLogger("lancepart.spark")
@@ -69,6 +70,7 @@ def compact(
 
     >>> # from lancepart import spark as lps; lps.compact(spark, "/data/events", target_rows_per_fragment=1 << 20)
     """
+    register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     started = time.monotonic()
     if tables_per_task is not None and (not isinstance(tables_per_task, int) or tables_per_task < 1):
         raise InvalidArgumentError(f"tables_per_task must be a positive integer, got {tables_per_task!r}")

@@ -32,6 +32,7 @@ from lancepart.read.spj import (
     layout_schema,
     plan_join,
 )
+from lancepart.spark.datasource import register
 from lancepart.spark.read import (
     arrow_schema_for,
     conform,
@@ -162,6 +163,7 @@ def join(
 
     >>> # lps.join(spark, "/data/orders", "/data/customers", on=[("customer_id", "id")]).lancepart_join.spj
     """
+    register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     left_ns = PartitionedNamespace.open(left_root, storage_options)
     right_ns = PartitionedNamespace.open(right_root, storage_options)
     lparts, filter_left, lscan = left_ns.scan_plan(filter_left)

@@ -34,6 +34,7 @@ from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
+from lancepart.spark.datasource import register
 from lancepart.spark.tasks import options_value, ship_options
 
 log = logging.getLogger("lancepart.spark")
@@ -306,6 +307,7 @@ def read(
 
     >>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'", columns=["id", "amount"])
     """
+    register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     out = output_schema(ns.schema, columns)
     struct = spark_schema(out)

@@ -38,6 +38,7 @@ from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
+from lancepart.spark.datasource import register
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
@@ -163,6 +164,7 @@ def write(
 
     >>> # from lancepart import spark as lps; lps.write(df, "/data/events", batch_id="2025-12-10")
     """
+    register(df.sparkSession, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     started = time.monotonic()
     check_mode(mode)
     if batch_id is not None:
@@ -206,6 +208,16 @@ def write(
                            shipped, flush_rows, max_rows_per_file)
         rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
     phases["write_s"] = round(time.monotonic() - t, 3)
+    return publish_fragments(manifest, spec, schema, rows, mode=mode, batch_id=batch_id, max_retries=max_retries,
+                             started=started, phases=phases)
+
+
+def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, batch_id: str | None,
+                      max_retries: int, started: float, phases: dict[str, Any]) -> CommitResult:
+    """The driver's part after the tasks: ``rows`` are what :func:`_write_task` returned (Spark
+    rows or dicts with the same keys); create the new partitions' tables, publish everything in
+    one ``__manifest`` commit and log the result. Shared by :func:`write` and the ``lancepart``
+    data source (:mod:`lancepart.spark.datasource`)."""
     faults.checkpoint("after_fragments")
     writes: dict[str, TableWrite] = {}
     for r in rows:
@@ -217,7 +229,7 @@ def write(
     t = time.monotonic()
     # each new partition's table is created with every task's fragments, and published (or, if
     # another writer published the partition first, its rows moved there) by the publish below
-    create_tables(manifest.root, schema, list(writes.values()), so)
+    create_tables(manifest.root, schema, list(writes.values()), manifest.storage_options)
     phases["reserve_s"] = round(time.monotonic() - t, 3)
     faults.checkpoint("after_reserve")
     t = time.monotonic()

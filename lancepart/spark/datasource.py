@@ -1,0 +1,628 @@
+"""The ``lancepart`` Spark data source (PySpark's Python Data Source API): a thin adapter over
+the same paths as :func:`lancepart.spark.write` and :func:`lancepart.spark.read` (docs/datasource.md).
+
+* ``df.write.format("lancepart").mode("append" | "overwrite").save(root)``: executors write
+  Lance fragments with :func:`lancepart.spark.write._write_task` (the function ``lps.write``
+  runs in ``mapInArrow``); each task's fragment metadata travels back as its commit message;
+  the driver's ``commit`` publishes everything in ONE ``__manifest`` commit
+  (:func:`lancepart.spark.write.publish_fragments`). ``abort`` publishes nothing.
+* ``spark.read.format("lancepart").load(root)``: DataFrame filters Spark offers
+  (``pushFilters``) are translated into one SQL filter for the pruner
+  (:meth:`PartitionedNamespace.scan_plan`) and applied exactly on the executors by
+  :func:`lancepart.spark.read.scan_batches`; a filter that cannot be translated exactly stays
+  with Spark. One input partition per kept partition table.
+* ``df.writeStream.format("lancepart").option("checkpointLocation", dir).start(root)``: each
+  micro-batch publishes with the batch id ``spark-streaming:<query id>:<batch id>``, so a
+  micro-batch Spark replays after a crash (published, not yet in the checkpoint's commit log)
+  is skipped by the publish.
+
+Spark runs ``writer``/``reader``/``commit`` in Python worker processes, not in the process that
+called ``save``: the result of a publish is kept in a small JSON file on the driver's host
+(:func:`last_result`).
+
+>>> # from lancepart import spark as lps
+>>> # lps.register(spark)
+>>> # df.write.format("lancepart").mode("append").option("batch_id", "2025-12-10").save("/data/events")
+>>> # lps.last_result("/data/events").rows_written
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+    WriterCommitMessage,
+)
+
+from lancepart.errors import InvalidArgumentError, LancepartError, NamespaceExistsError, SnapshotExpiredError
+from lancepart.manifest import normalize_root
+from lancepart.results import CommitResult
+
+log = logging.getLogger("lancepart")
+
+NAME = "lancepart"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+STREAM_BATCH_PREFIX = "spark-streaming"
+RESULTS_DIR_ENV = "LANCEPART_RESULTS_DIR"
+
+# options the data source reads itself; every other one is a storage option (Spark lower-cases keys)
+OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file", "version", "split_rows", "spec",
+           "result_path")
+# options Spark itself passes along, never storage options
+SPARK_OPTIONS = ("checkpointlocation", "paths")
+
+
+# --------------------------------------------------------------------------- registration
+def register(spark, strict: bool = True) -> None:
+    """Register the ``lancepart`` data source in ``spark`` (idempotent) and enable Spark's filter
+    pushdown for Python data sources, which the reader needs (``spark.sql.python.filterPushdown.enabled``).
+    ``strict=False`` (the implicit call of every ``lps.*`` function) logs a failure instead of
+    raising it: ``lps.write`` does not need the data source.
+
+    >>> # lps.register(spark); spark.read.format("lancepart").load("/data/events")
+    """
+    if getattr(spark, "_lancepart_registered", False):
+        return
+    try:
+        spark.conf.set(PUSHDOWN_CONF, "true")
+        spark.dataSource.register(LancepartDataSource)
+    except Exception as e:
+        if strict:
+            raise
+        log.warning("cannot register the lancepart data source in this Spark session: %s", e)
+        return
+    try:
+        spark._lancepart_registered = True
+    except AttributeError:  # pragma: no cover - a session object without a __dict__: register again next time
+        pass
+
+
+# --------------------------------------------------------------------------- options
+def _root(options: Mapping[str, str]) -> str:
+    root = options.get("path")
+    if not root:
+        raise InvalidArgumentError(f"option 'path' is missing: give the namespace root to load(root) / save(root) / "
+                                   f"start(root) (options given: {sorted(options)})")
+    if root.startswith("file:") and not root.startswith("file://"):  # Hadoop's form (CREATE TABLE ... LOCATION)
+        root = "/" + root[len("file:"):].lstrip("/")
+    return root
+
+
+def _int_option(options: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidArgumentError(f"option {name!r} must be an integer >= {minimum}, got {raw!r}") from None
+    if value < minimum:
+        raise InvalidArgumentError(f"option {name!r} must be an integer >= {minimum}, got {raw!r}")
+    return value
+
+
+def storage_options(options: Mapping[str, str]) -> dict[str, str] | None:
+    """The options that are not the data source's own: the storage options of the namespace."""
+    so = {k: v for k, v in options.items() if k.lower() not in OPTIONS and k.lower() not in SPARK_OPTIONS}
+    return so or None
+
+
+def _open(options: Mapping[str, str]):
+    """The namespace the options name, at option ``version`` if given."""
+    from lancepart.namespace import PartitionedNamespace
+
+    ns = PartitionedNamespace.open(_root(options), storage_options=storage_options(options))
+    version = _int_option(options, "version", None, 1)
+    if version is not None:
+        latest = ns.manifest.latest_version()
+        try:
+            if version > latest:
+                raise ValueError(f"no version {version}")
+            snap = ns.manifest.snapshot(version)
+        except (LancepartError, OSError, ValueError) as e:
+            raise SnapshotExpiredError(
+                f"option 'version'={version}: {ns.manifest.uri} has no readable version {version} (latest is "
+                f"{latest}; older versions are removed by cleanup): {e}") from None
+        ns._load(snap)  # the handle reads that snapshot: its spec versions, schema and table rows
+    return ns
+
+
+# --------------------------------------------------------------------------- results
+def _results_dir() -> str:
+    return os.environ.get(RESULTS_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"lancepart-results-{os.getuid()}")
+
+
+def _result_file(root: str) -> str:
+    return os.path.join(_results_dir(), hashlib.sha256(normalize_root(root).encode()).hexdigest()[:32] + ".json")
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, default=str)
+    os.replace(tmp, path)  # a reader sees the previous result or this one, never half of one
+
+
+def _keep_result(root: str, result: CommitResult, options: Mapping[str, str]) -> None:
+    """Log the result (logger ``lancepart``) and keep it for :func:`last_result`; best effort:
+    the write is already published, a full /tmp must not fail it."""
+    doc = {"root": normalize_root(root), **result.to_dict()}
+    log.info("lancepart data source published %s", json.dumps(doc, default=str))
+    for path in filter(None, (_result_file(root), options.get("result_path"))):
+        try:
+            _write_json(path, doc)
+        except OSError as e:
+            log.warning("cannot keep the result of the write to %s in %s: %s", root, path, e)
+
+
+def last_result(root: str) -> CommitResult | None:
+    """The result of the last write through the data source to ``root`` committed on this host
+    (any driver process of the same user; ``$LANCEPART_RESULTS_DIR`` moves the files), or None.
+
+    >>> # df.write.format("lancepart").save(root); lps.last_result(root).manifest_version
+    """
+    try:
+        with open(_result_file(root)) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return None
+    doc.pop("root", None)
+    return CommitResult(**doc)
+
+
+# --------------------------------------------------------------------------- writing
+@dataclass
+class FragmentsMessage(WriterCommitMessage):
+    """What one task wrote: the rows :func:`lancepart.spark.write._write_task` yields, as dicts."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    query_id: str | None = None
+    plan_key: str | None = None  # the spec and schema the task wrote with
+
+
+@dataclass
+class _WritePlan:
+    root: str
+    spec_json: str
+    schema_bytes: bytes
+    existing: dict[str, str]
+    job_id: str
+    so: dict[str, str] | None
+    flush_rows: int
+    max_rows_per_file: int
+    max_retries: int
+    started: float
+
+    def key(self) -> str:
+        return hashlib.sha256(self.spec_json.encode() + self.schema_bytes).hexdigest()[:16]
+
+
+def _spec_option(options: Mapping[str, str]):
+    raw = options.get("spec")
+    if raw is None:
+        return None
+    from lancepart.spec import PartitionSpec
+
+    text = raw
+    if not raw.lstrip().startswith("{"):  # a path to a JSON or YAML file
+        try:
+            with open(raw) as f:
+                text = f.read()
+        except OSError as e:
+            raise InvalidArgumentError(f"option 'spec': cannot read {raw!r}: {e.strerror}") from None
+        if raw.endswith((".yaml", ".yml")):
+            import yaml
+
+            text = json.dumps(yaml.safe_load(text), default=str)
+    try:
+        return PartitionSpec.from_json(text)
+    except LancepartError as e:
+        raise type(e)(f"option 'spec': {e}") from None
+
+
+def _open_for_write(options: Mapping[str, str], input_schema: pa.Schema):
+    """The namespace to write; created with option ``spec`` and the input's schema if absent."""
+    from lancepart.errors import NamespaceNotFoundError
+    from lancepart.namespace import PartitionedNamespace
+
+    root, so = _root(options), storage_options(options)
+    spec = _spec_option(options)
+    try:
+        ns = PartitionedNamespace.open(root, storage_options=so)
+    except NamespaceNotFoundError:
+        if spec is None:
+            raise
+        try:
+            ns = PartitionedNamespace.create(root, input_schema, spec, storage_options=so)
+            log.info("created the namespace %s for the lancepart data source (spec %s)", root, spec.to_json_string())
+        except NamespaceExistsError:  # another writer created it meanwhile
+            ns = PartitionedNamespace.open(root, storage_options=so)
+    if spec is not None and spec.to_json() != ns.current_spec.to_json():
+        raise InvalidArgumentError(f"option 'spec' differs from the current spec of {ns.root} "
+                                   f"({ns.current_spec.to_json_string()}); leave it out to write with the current spec")
+    return ns
+
+
+def _input_arrow_schema(schema) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    # the zone only matters for TIMESTAMP columns, which a wall-clock namespace column refuses anyway
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _plan_write(options: Mapping[str, str], schema) -> tuple[_WritePlan, Any]:
+    """Driver side, before any task: the checks and the inputs of the task function, as lps.write."""
+    from lancepart.write.plan import check_schema
+
+    started = time.monotonic()
+    max_retries = _int_option(options, "max_retries", 20, 0)
+    flush_rows = _int_option(options, "flush_rows", 1_000_000, 1)
+    max_rows_per_file = _int_option(options, "max_rows_per_file", 1_048_576, 1)
+    input_schema = _input_arrow_schema(schema)
+    ns = _open_for_write(options, input_schema)
+    check_schema(input_schema, ns.schema)  # before any byte is written
+    spec = ns.current_spec
+    tables = ns.snapshot().table_pins()
+    prefix = spec.namespace + "$"
+    existing = {oid: loc for oid, loc in zip(tables.column("object_id").to_pylist(),
+                                             tables.column("location").to_pylist(), strict=True)
+                if oid.startswith(prefix)}
+    plan = _WritePlan(ns.root, spec.to_json_string(), ns.schema.serialize().to_pybytes(), existing,
+                      uuid.uuid4().hex, ns.manifest.storage_options, flush_rows, max_rows_per_file, max_retries,
+                      started)
+    return plan, ns
+
+
+def _write_fragments(plan: _WritePlan, batches: Iterator[pa.RecordBatch], existing: Mapping[str, str],
+                     job_id: str) -> list[dict[str, Any]]:
+    """Executor side: the very task function lps.write runs, its output rows as dicts."""
+    from lancepart.spark.write import _write_task
+
+    run = _write_task(plan.root, plan.spec_json, plan.schema_bytes, existing, job_id, plan.so, plan.flush_rows,
+                      plan.max_rows_per_file)
+    rows: list[dict[str, Any]] = []
+    for out in run(batches):
+        rows.extend(out.to_pylist())
+    return rows
+
+
+def _publish(plan: _WritePlan, messages, *, mode: str, batch_id: str | None,
+             phases: dict[str, Any]) -> CommitResult:
+    """Driver side: lps.write's own tail with the spec and schema the tasks wrote with."""
+    from lancepart.manifest import Manifest
+    from lancepart.spark.write import publish_fragments
+    from lancepart.spec import PartitionSpec
+
+    rows = [r for m in messages if m is not None for r in m.rows]
+    spec = PartitionSpec.from_json(plan.spec_json)
+    schema = pa.ipc.read_schema(pa.py_buffer(plan.schema_bytes))
+    phases = {"tasks": len(messages), **phases}
+    return publish_fragments(Manifest(plan.root, plan.so), spec, schema, rows, mode=mode, batch_id=batch_id,
+                             max_retries=plan.max_retries, started=plan.started, phases=phases)
+
+
+class LancepartWriter(DataSourceArrowWriter):
+    """Batch writes: ``write`` on the executors, ``commit``/``abort`` on the driver."""
+
+    def __init__(self, options: Mapping[str, str], schema, overwrite: bool) -> None:
+        from lancepart.write.batches import check_batch_id
+        from lancepart.write.publish import already_published
+
+        self.options = dict(options)
+        self.mode = "overwrite" if overwrite else "append"
+        self.batch_id = self.options.get("batch_id")
+        if self.batch_id is not None:
+            try:
+                check_batch_id(self.batch_id)
+            except InvalidArgumentError as e:
+                raise InvalidArgumentError(f"option 'batch_id': {e}") from None
+        self.plan, ns = _plan_write(self.options, schema)
+        self.skipped = None
+        if self.batch_id is not None:  # a rerun of a published batch: no task writes anything
+            self.skipped = already_published(ns.manifest, ns.snapshot(), self.batch_id, self.plan.started)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FragmentsMessage:
+        if self.skipped is not None:
+            return FragmentsMessage()
+        return FragmentsMessage(_write_fragments(self.plan, iterator, self.plan.existing, self.plan.job_id))
+
+    def commit(self, messages) -> None:
+        if self.skipped is not None:
+            result = self.skipped
+        else:
+            # from the driver's planning to the last task's end
+            phases = {"write_s": round(time.monotonic() - self.plan.started, 3)}
+            result = _publish(self.plan, messages, mode=self.mode, batch_id=self.batch_id, phases=phases)
+        _keep_result(self.plan.root, result, self.options)
+
+    def abort(self, messages) -> None:
+        # nothing was published: the fragments the tasks wrote are unreferenced files, which
+        # ns.cleanup() removes; the namespace is exactly as before
+        written = sum(len(m.rows) for m in messages if m is not None)
+        log.warning("lancepart data source: write to %s aborted; nothing published (%d partition groups written "
+                    "by finished tasks stay unreferenced until cleanup)", self.plan.root, written)
+
+
+def _task_local(name: str) -> str | None:
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    return tc.getLocalProperty(name) if tc is not None else None
+
+
+_EXISTING: dict[tuple[str, str], dict[str, str]] = {}
+
+
+class LancepartStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming writes (append output mode): every micro-batch is one publish whose batch id
+    is ``spark-streaming:<query id>:<micro-batch id>``; a replayed micro-batch is skipped."""
+
+    def __init__(self, options: Mapping[str, str], schema, overwrite: bool) -> None:
+        if overwrite:
+            raise InvalidArgumentError("the lancepart streaming sink supports outputMode('append') only "
+                                       "(complete/update output modes would overwrite partitions every micro-batch)")
+        if options.get("batch_id") is not None:
+            raise InvalidArgumentError("option 'batch_id' is not for streaming writes: every micro-batch gets "
+                                       f"'{STREAM_BATCH_PREFIX}:<query id>:<batch id>'")
+        self.options = dict(options)
+        self.plan, _ = _plan_write(self.options, schema)
+        self.run_id = uuid.uuid4().hex  # new at every start of the query: a replay writes new directories
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FragmentsMessage:
+        query_id = _task_local("sql.streaming.queryId")
+        batch = _task_local("streaming.sql.batchId") or "?"
+        # the partition tables published now (the plan's map is from the start of the query): one
+        # read of __manifest per executor process and micro-batch
+        key = (self.run_id, batch)
+        existing = _EXISTING.get(key)
+        if existing is None:
+            existing = _existing_tables(self.plan)
+            _EXISTING.clear()
+            _EXISTING[key] = existing
+        # every task of the micro-batch (and a retried attempt of its stage) writes a new partition
+        # into one directory, never one of an earlier run or micro-batch
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        stage = tc.stageId() if tc is not None else "?"
+        job_id = hashlib.sha256(f"{self.run_id}/{batch}/{stage}".encode()).hexdigest()
+        rows = _write_fragments(self.plan, iterator, existing, job_id)
+        return FragmentsMessage(rows, query_id=query_id, plan_key=self.plan.key())
+
+    def commit(self, messages, batchId: int) -> None:
+        query_ids = {m.query_id for m in messages if m is not None and m.query_id}
+        rows = sum(len(m.rows) for m in messages if m is not None)
+        if len(query_ids) != 1:
+            if rows:
+                raise InvalidArgumentError(f"micro-batch {batchId}: the tasks reported query ids {sorted(query_ids)}; "
+                                           f"expected exactly one")
+            return  # no task ran: nothing to publish
+        keys = {m.plan_key for m in messages if m is not None}
+        if keys != {self.plan.key()}:  # the spec or schema changed since the query started: publish nothing
+            from lancepart.errors import CommitConflictError
+
+            raise CommitConflictError(f"micro-batch {batchId}: the spec or schema of {self.plan.root} changed while "
+                                      f"it was written; nothing was published, restart the query to replay it")
+        batch_id = f"{STREAM_BATCH_PREFIX}:{query_ids.pop()}:{batchId}"
+        self.plan.started = time.monotonic()
+        result = _publish(self.plan, messages, mode="append", batch_id=batch_id, phases={"micro_batch": batchId})
+        _keep_result(self.plan.root, result, self.options)
+
+    def abort(self, messages, batchId: int) -> None:
+        log.warning("lancepart streaming sink: micro-batch %d to %s aborted; nothing published", batchId,
+                    self.plan.root)
+
+
+def _existing_tables(plan: _WritePlan) -> dict[str, str]:
+    from lancepart.namespace import PartitionedNamespace
+
+    ns = PartitionedNamespace.open(plan.root, storage_options=plan.so)
+    prefix = json.loads(plan.spec_json).get("id")
+    tables = ns.snapshot().table_pins()
+    return {oid: loc for oid, loc in zip(tables.column("object_id").to_pylist(), tables.column("location").to_pylist(),
+                                         strict=True) if oid.startswith(f"v{prefix}$")}
+
+
+# --------------------------------------------------------------------------- filters
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _kind(t: pa.DataType) -> str | None:
+    """The column kinds whose comparisons DataFusion evaluates exactly as Spark does. Floats are
+    left out (Spark: NaN = NaN, NaN above every number, -0.0 = 0.0; the filter pushed into the
+    Lance scanner is not pinned for them), as are zoned timestamps, decimals and nested types."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_signed_integer(t):
+        return "int"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_timestamp(t) and t.tz is None:
+        return "ntz"
+    return None
+
+
+def _literal(kind: str, value: Any) -> str | None:
+    if value is None:
+        return "NULL"
+    if kind == "bool":
+        return ("TRUE" if value else "FALSE") if isinstance(value, bool) else None
+    if kind == "int":
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    if kind == "str":
+        return _string(value) if isinstance(value, str) else None
+    if kind == "date":
+        return f"DATE '{value.isoformat()}'" if type(value) is dt.date else None
+    if kind == "ntz":
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            return f"TIMESTAMP '{value.isoformat(sep=' ', timespec='microseconds')}'"
+        return None
+    return None
+
+
+def _like(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+_COMPARE = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
+
+
+def filter_sql(f: Filter, schema: pa.Schema) -> str | None:
+    """The SQL (DataFusion) form of the Spark filter ``f`` over the namespace ``schema`` when it
+    means exactly the same on every row, else None (Spark keeps it as a residual filter).
+
+    >>> filter_sql(EqualTo(("country",), "US"), pa.schema([("country", pa.utf8())]))
+    '"country" = \\'US\\''
+    """
+    if isinstance(f, Not):
+        child = filter_sql(f.child, schema)
+        return None if child is None else f"NOT ({child})"
+    attribute = getattr(f, "attribute", None)
+    if not attribute or len(attribute) != 1 or schema.get_field_index(attribute[0]) < 0:
+        return None  # nested fields, unknown names
+    col = _quote(attribute[0])
+    kind = _kind(schema.field(attribute[0]).type)
+    if kind is None:
+        return None
+    if isinstance(f, IsNull):
+        return f"{col} IS NULL"
+    if isinstance(f, IsNotNull):
+        return f"{col} IS NOT NULL"
+    if isinstance(f, EqualNullSafe):
+        if f.value is None:
+            return f"{col} IS NULL"
+        lit = _literal(kind, f.value)
+        return None if lit is None else f"{col} = {lit}"
+    op = _COMPARE.get(type(f))
+    if op is not None:
+        if f.value is None:
+            return None
+        lit = _literal(kind, f.value)
+        return None if lit is None else f"{col} {op} {lit}"
+    if isinstance(f, In):
+        lits = [_literal(kind, v) for v in f.value]
+        if not lits or any(v is None for v in lits):
+            return None
+        return f"{col} IN ({', '.join(lits)})"
+    if isinstance(f, StringStartsWith | StringEndsWith | StringContains) and kind == "str":
+        v = _like(f.value)
+        pattern = {StringStartsWith: f"{v}%", StringEndsWith: f"%{v}", StringContains: f"%{v}%"}[type(f)]
+        return f"{col} LIKE {_string(pattern)} ESCAPE '\\'"
+    return None
+
+
+# --------------------------------------------------------------------------- reading
+class LancepartReader(DataSourceReader):
+    """Plans on the driver through ``__manifest`` (one snapshot), scans on the executors."""
+
+    def __init__(self, options: Mapping[str, str], schema) -> None:
+        self.options = dict(options)
+        self.schema = schema
+        self.filters: list[str] = []
+        self.ns_schema = _open(self.options).schema
+        from lancepart.errors import SchemaMismatchError
+
+        unknown = [f.name for f in schema.fields if self.ns_schema.get_field_index(f.name) < 0]
+        if unknown:  # a schema given by the user (spark.read.schema(...), CREATE TABLE t (...)) may only project
+            raise SchemaMismatchError(f"column(s) {unknown} of the given schema are not in the namespace schema "
+                                      f"(columns: {self.ns_schema.names})")
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            sql = filter_sql(f, self.ns_schema)
+            if sql is None:
+                yield f  # Spark applies it after the scan
+            else:
+                self.filters.append(sql)
+        log.debug("lancepart data source: filters pushed %s", self.filters)
+
+    def partitions(self) -> list[InputPartition]:
+        from lancepart.spark.read import plan_read
+
+        ns = _open(self.options)
+        filter = " AND ".join(f"({s})" for s in self.filters) or None
+        parts, filter, scan_filter = ns.scan_plan(filter)
+        tasks = plan_read(ns.root, parts, _int_option(self.options, "split_rows", None, 1), ns.storage_options)
+        log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d tasks",
+                 ns.root, ns.manifest_version, len(parts), len(tasks))
+        self.ns_schema = ns.schema
+        return [InputPartition(json.dumps({"task": t, "filter": filter, "scan_filter": scan_filter, "root": ns.root}))
+                for t in tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if partition.value is None:  # Spark's stand-in when no partition table is kept
+            return
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from lancepart.spark.read import conform, scan_batches
+
+        d = json.loads(partition.value)
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        so = storage_options(self.options)
+        for b in scan_batches(d["root"], d["task"], self.ns_schema, d["filter"], d["scan_filter"],
+                              list(self.schema.names), so):
+            if b.num_rows:
+                yield conform(b, target)
+
+
+# --------------------------------------------------------------------------- the data source
+class LancepartDataSource(DataSource):
+    """``format("lancepart")``: a partitioned namespace root as a Spark table."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self):
+        from lancepart.spark.read import spark_schema
+
+        return spark_schema(_open(self.options).schema)
+
+    def reader(self, schema) -> LancepartReader:
+        return LancepartReader(self.options, schema)
+
+    def writer(self, schema, overwrite: bool) -> LancepartWriter:
+        return LancepartWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema, overwrite: bool) -> LancepartStreamWriter:
+        return LancepartStreamWriter(self.options, schema, overwrite)
