@@ -101,12 +101,16 @@ def check_workers(spark) -> dict[str, Any] | None:
         return cached
     configured = getattr(sc, "pythonExec", None) or "python3"
     t = time.monotonic()
+    # its own job group, so the caller's job group (and what it counts) holds only the caller's jobs
+    saved = {k: sc.getLocalProperty(k) for k in ("spark.jobGroup.id", "spark.job.description")}
     try:
-        sc.setJobDescription("lancepart: check the Python workers")
+        sc.setLocalProperty("spark.jobGroup.id", "lancepart-worker-check")
+        sc.setLocalProperty("spark.job.description", "lancepart: check the Python workers")
         try:
             rows = sc.parallelize([0], 1).mapPartitions(_probe()).collect()
         finally:
-            sc.setJobDescription(None)
+            for k, v in saved.items():
+                sc.setLocalProperty(k, v)
     except Exception as e:
         raise WorkerEnvironmentError(
             f"Spark's Python workers cannot run on python {configured!r}: {_failure_detail(e)} "
