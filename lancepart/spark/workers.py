@@ -7,7 +7,7 @@ data. Before its first Spark job every ``lps.*`` entry point runs one one-partit
 imports lancepart's dependencies on a worker and reports their versions; a missing module, or a
 pyarrow/lance version different from the driver's, raises :class:`WorkerEnvironmentError`
 naming the module and the worker's Python. The answer is cached on the SparkContext, so the
-cost (one tiny job, ~0.1-3 s the first time a worker starts, see docs/deployment.md) is paid
+cost (one one-task job, 0.5-0.9 s on a running context, see docs/deployment.md) is paid
 once. ``spark.lancepart.checkWorkers=false`` skips it.
 
 >>> # from lancepart.spark.workers import check_workers; check_workers(spark)["pyarrow"]
