@@ -6,13 +6,15 @@
 # --config, --batch-id, --storage-options-file go to the job, the rest to spark-submit (--master,
 # --conf k=v, --executor-memory, ...); everything after a literal `--` goes to the job. Without
 # --master the job runs on the embedded local[*]. Python: $LANCEPART_PYTHON, else the
-# project's .venv, else python3; it must have lancepart's dependencies installed
-# (on a cluster ship an environment with --archives, see README).
+# project's .venv, else python3; it must have lancepart's dependencies installed.
+# With a --master that is not local[...] the executors get the packed environment of
+# `make dist` ($LANCEPART_ARCHIVE, default build/lancepart-env.tar.gz) through --archives and run
+# its Python (docs/deployment.md).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 job="$1"; shift
@@ -25,7 +27,7 @@ fi
 spark_home="$("$py" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))' 2>/dev/null)" || {
   echo "spark-submit.sh: pyspark is not importable by $py; run 'make setup' first" >&2; exit 2; }
 
-spark_args=(); job_args=(); has_master=0
+spark_args=(); job_args=(); has_master=0; master="local[*]"; archives=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) job_args+=("$1" "$2"); shift 2 ;;
@@ -35,8 +37,10 @@ while [ $# -gt 0 ]; do
     --storage-options-file) job_args+=("$1" "$2"); shift 2 ;;
     --storage-options-file=*) job_args+=("$1"); shift ;;
     --) shift; job_args+=("$@"); break ;;
-    --master) has_master=1; spark_args+=("$1" "$2"); shift 2 ;;
-    --master=*) has_master=1; spark_args+=("$1"); shift ;;
+    --master) has_master=1; master="$2"; spark_args+=("$1" "$2"); shift 2 ;;
+    --master=*) has_master=1; master="${1#--master=}"; spark_args+=("$1"); shift ;;
+    --archives) archives="$2"; shift 2 ;;
+    --archives=*) archives="${1#--archives=}"; shift ;;
     --*=*) spark_args+=("$1"); shift ;;
     --verbose|--supervise) spark_args+=("$1"); shift ;;
     --*) spark_args+=("$1" "$2"); shift 2 ;;
@@ -62,6 +66,24 @@ with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
                 z.write(os.path.join(d, f))
 PY
 )
+
+case "$master" in
+  local|local\[*) ;;
+  *)
+    # A cluster's executors do not have this machine's venv: ship the packed environment, unpacked
+    # as ./environment in every executor's working directory, and run the workers on its Python.
+    archive="${LANCEPART_ARCHIVE:-$here/build/lancepart-env.tar.gz}"
+    if [ ! -f "$archive" ]; then
+      echo "spark-submit.sh: --master $master runs on a cluster, whose executors need the packed environment" >&2
+      echo "  $archive, which does not exist. Build it with 'make dist' (in $here), or set" >&2
+      echo "  LANCEPART_ARCHIVE to an archive built by it. See docs/deployment.md." >&2
+      exit 2
+    fi
+    archives="${archives:+$archives,}$archive#environment"
+    export PYSPARK_PYTHON="${PYSPARK_PYTHON:-./environment/bin/python}"
+    ;;
+esac
+[ -z "$archives" ] || spark_args+=(--archives "$archives")
 
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$py}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$py}"

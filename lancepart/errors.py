@@ -117,3 +117,10 @@ class MissingDependencyError(LancepartError, ImportError):
 class SnapshotExpiredError(LancepartError):
     """The ``__manifest`` version a handle read was removed (superseded, then cleaned up)
     before the handle read its rows: refresh the handle (``ns.refresh()``) and retry."""
+
+
+class WorkerEnvironmentError(MissingDependencyError):
+    """Spark's Python workers cannot run lancepart: a dependency (pyarrow, lance, mmh3,
+    lancepart) is missing on the worker's Python, or its pyarrow/lance version differs from
+    the driver's. The message names the module, the worker's Python and what to set
+    (``PYSPARK_PYTHON``, ``spark.pyspark.python`` or the packed environment)."""

@@ -170,19 +170,24 @@ def spark():
 def pytest_addoption(parser):
     parser.addoption("--stress", action="store_true", default=False,
                      help="run the concurrency and crash suites longer: more rounds, writers, batches and kills")
+    parser.addoption("--cluster", action="store_true", default=False,
+                     help="run the tests that start a Spark standalone cluster (master + 2 workers on 127.0.0.1) "
+                          "and ship the packed environment of `make dist` to it")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "stress: runs only with --stress (longer reliability runs)")
+    config.addinivalue_line("markers", "cluster: runs only with --cluster (a Spark standalone cluster)")
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--stress"):
-        return
-    skip = pytest.mark.skip(reason="needs --stress")
-    for item in items:
-        if item.get_closest_marker("stress") is not None:
-            item.add_marker(skip)
+    for option, marker in (("--stress", "stress"), ("--cluster", "cluster")):
+        if config.getoption(option):
+            continue
+        skip = pytest.mark.skip(reason=f"needs {option}")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from typing import Any
 
 from lancepart import errors, lance_env
 from lancepart.errors import LancepartError
+from lancepart.spark.workers import check_workers
 
 _TASK_ERROR = re.compile(r"lancepart\.errors\.(\w+): ([^\n]*)")
 
@@ -21,7 +22,9 @@ _TASK_ERROR = re.compile(r"lancepart\.errors\.(\w+): ([^\n]*)")
 def ship_options(spark, storage_options: Mapping[str, str] | None) -> Any:
     """What a task function carries for the storage options: a Spark broadcast, so credentials
     never travel inside the pickled task function (py4j logs it at DEBUG); the options
-    themselves where there is no SparkContext (Spark Connect); None without options."""
+    themselves where there is no SparkContext (Spark Connect); None without options. First
+    checks, once per SparkContext, that the Python workers can run lancepart at all."""
+    check_workers(spark)
     if not storage_options:
         return None
     try:

@@ -40,6 +40,7 @@ from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.spark.datasource import register
 from lancepart.spark.tasks import options_value, spark_action
+from lancepart.spark.workers import check_workers
 from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_tables
@@ -172,6 +173,7 @@ def write(
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     check_schema(_arrow_schema_of(df), schema)  # before any byte is written
+    check_workers(df.sparkSession)  # before the quality gate, whose expectations broken workers would all "fail"
     snap = ns.snapshot()  # read at open (its table rows too), retried if a cleanup removed it meanwhile
     if batch_id is not None and (done := already_published(manifest, snap, batch_id, started)):
         return done
