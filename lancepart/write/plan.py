@@ -7,7 +7,6 @@ per Arrow batch on executors.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,14 +157,15 @@ class Groups:
 
     def rows(self, table: pa.Table) -> list[pa.Table]:
         """Each partition's rows of ``table`` (the table the groups were computed on), in input
-        order within a partition: zero-copy slices of ONE reordered copy. A ``take`` per
-        partition walks every chunk of ``table`` each time: on the 10 000-row Arrow batches
-        Spark hands a task, 1 000 partitions cost 2 s that way, against 0.03 s for one take."""
+        order within a partition, each a compact table of its own. ``table`` is made contiguous
+        once first: a ``take`` on a table of many chunks walks every chunk each time, and on the
+        10 000-row Arrow batches Spark hands a task 1 000 partitions cost 1.7 s that way against
+        0.2 s. (Zero-copy slices of one reordered copy cost the same here, but made the Spark
+        write of 16 M rows x 16 buckets slower: 11 s against 6.5 s, not reproduced in-process.)"""
         if not self.indices:
             return []
-        ordered = table.combine_chunks().take(pa.array(np.concatenate(self.indices)))
-        offsets = np.cumsum([0, *(len(i) for i in self.indices)])
-        return [ordered.slice(int(a), int(b - a)) for a, b in itertools.pairwise(offsets)]
+        whole = table.combine_chunks()
+        return [whole.take(pa.array(i)) for i in self.indices]
 
 
 def group_rows(values: pa.Table, spec_id: int) -> Groups:
