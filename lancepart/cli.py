@@ -336,6 +336,17 @@ def _cmd_explain(args: argparse.Namespace) -> Any:
             "predicates": result.predicates, "manifest_sql": result.manifest_sql, "residual": result.residual}
 
 
+def _cmd_history(args: argparse.Namespace) -> Any:
+    entries = _open(args).history(args.limit)
+    if not args.json:
+        for e in entries:
+            extra = "".join(f" {k}={v}" for k, v in (("batch_id", e.batch_id), ("rows", e.rows_written),
+                                                        ("partitions", e.partitions_touched)) if v is not None)
+            print(f"{e.version:>6}  {e.timestamp.isoformat(timespec='seconds')}  {e.operation}{extra}")
+        return None
+    return [e.to_dict() for e in entries]
+
+
 # --------------------------------------------------------------------------- ingest
 def input_format(path: str, forced: str | None) -> str:
     """The format of an input file: ``--format`` or its extension (``.parquet``, ``.csv[.gz]``, ...)."""
@@ -702,6 +713,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls = add("partitions", "list published partition tables (optionally pruned by a filter)", _cmd_partitions)
     ls.add_argument("--filter", metavar="SQL", help="SQL filter over source columns, e.g. "
                                                     "\"event_date = DATE '2025-12-10'\"")
+
+    hi = add("history", "the retained __manifest versions (snapshots), newest first", _cmd_history,
+             description="Every retained __manifest version, newest first: version, time (UTC), operation, "
+                         "batch id, rows and partition tables a write published. Each is a snapshot that "
+                         "PartitionedNamespace.open(root, version=N) reads; cleanup decides how far back they go.")
+    hi.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest versions")
 
     ex = add("explain", "partitions kept and pruned per spec version for a filter", _cmd_explain)
     ex.add_argument("filter", metavar="FILTER", help="SQL filter over source columns")

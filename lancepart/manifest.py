@@ -188,6 +188,11 @@ class SnapshotGone(ManifestConflict, SnapshotExpiredError):
     rebases on the latest version), a typed error to a reader."""
 
 
+#: Transaction property of every commit made through :meth:`Manifest.update`: what it did.
+OPERATION_PROPERTY = "lancepart.operation"
+ROWS_PROPERTY = "lancepart.rows"  # of a publish: the rows it published
+PARTITIONS_PROPERTY = "lancepart.partitions"  # of a publish: the partition tables it touched
+
 # An incremental commit rewrites the fragment the previous commit wrote (the *tail*) with its
 # changes while the tail has at most this many rows; a longer tail is left in place (touched,
 # never rewritten) and a new tail starts.
@@ -627,8 +632,10 @@ class Manifest:
         newer one (this is the rebase). Exponential backoff with full jitter; after
         ``max_retries`` conflicts raises :class:`CommitConflictError` with nothing committed.
         Returns ``(snapshot after commit, value, retries)``. ``transaction_properties`` go with
-        the commit (:meth:`commit`).
+        the commit (:meth:`commit`), with ``lancepart.operation`` = ``what`` unless they name one
+        (``ns.history()`` shows it).
         """
+        transaction_properties = {OPERATION_PROPERTY: what, **(transaction_properties or {})}
         for attempt in range(max_retries + 1):
             snap = self.snapshot()
             try:

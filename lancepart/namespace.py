@@ -10,7 +10,7 @@ import json
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from lancepart import ids as _ids
 from lancepart.errors import (
     CorruptNamespaceError,
+    InvalidArgumentError,
     InvalidSpecError,
     LancepartError,
     NamespaceExistsError,
@@ -109,6 +110,7 @@ class PartitionedNamespace:
         self.root = root
         self.storage_options = manifest.storage_options
         self._manifest = manifest
+        self._read_only = False
         if snapshot is None:
             self._load_latest(manifest)
         else:
@@ -152,16 +154,58 @@ class PartitionedNamespace:
         return cls(root_s, manifest, snapshot)
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None
-             ) -> PartitionedNamespace:
-        """Open an existing partitioned namespace; :class:`NamespaceNotFoundError` if there is none."""
+    def open(cls, root: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None, *,
+             version: int | None = None, as_of: datetime | None = None) -> PartitionedNamespace:
+        """Open an existing partitioned namespace; :class:`NamespaceNotFoundError` if there is none.
+
+        ``version=N`` or ``as_of=datetime`` (a naive one is UTC) opens a **read-only** handle on
+        that ``__manifest`` version, or on the latest one committed at or before ``as_of``: its
+        specs, schema and every partition table at the version that snapshot pinned
+        (docs/history.md). A version a cleanup removed raises :class:`SnapshotExpiredError`
+        saying how far back time travel reaches.
+
+        >>> # PartitionedNamespace.open("/data/events", version=12).to_table("country = 'US'")
+        """
         root_s = _resolve_root(root)
-        return cls(root_s, Manifest(root_s, storage_options))
+        manifest = Manifest(root_s, storage_options)
+        if version is None and as_of is None:
+            return cls(root_s, manifest)
+        from lancepart.history import snapshot_at
+
+        ns = cls(root_s, manifest, snapshot_at(manifest, version=version, as_of=as_of))
+        ns._read_only = True
+        return ns
+
+    @property
+    def read_only(self) -> bool:
+        """True for a handle opened with ``version=`` / ``as_of=`` (time travel): it reads that
+        snapshot only, and every operation that commits raises :class:`InvalidArgumentError`."""
+        return self._read_only
+
+    def _writable(self, operation: str) -> None:
+        if self._read_only:
+            raise InvalidArgumentError(
+                f"{operation}: this handle reads __manifest version {self._snapshot.version} of {self.root} "
+                f"(opened with version= or as_of=) and cannot commit; open the namespace without them to "
+                f"{operation}")
 
     def refresh(self) -> PartitionedNamespace:
-        """Reload ``__manifest`` (specs, schema and partition table rows) at its latest version."""
-        self._load_latest(self._manifest)
+        """Reload ``__manifest`` (specs, schema and partition table rows) at its latest version.
+        A read-only handle (``version=`` / ``as_of=``) keeps its snapshot."""
+        if not self._read_only:
+            self._load_latest(self._manifest)
         return self
+
+    def history(self, limit: int | None = None) -> list[Any]:
+        """The retained ``__manifest`` versions, newest first, as :class:`lancepart.history.HistoryEntry`
+        (version, timestamp, operation, batch_id, rows_written, partitions_touched). Each is a
+        snapshot ``open(root, version=...)`` can read; cleanup decides how far back they go.
+
+        >>> # [(e.version, e.operation) for e in ns.history(limit=5)]
+        """
+        from lancepart.history import history
+
+        return history(self._manifest, limit)
 
     def _load_latest(self, manifest: Manifest) -> None:
         for _ in range(20):
@@ -251,6 +295,7 @@ class PartitionedNamespace:
         >>> #            {"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
         >>> #             "result_type": {"type": "utf8"}}])
         """
+        self._writable("evolve")
         from lancepart.evolution import evolve
 
         spec = evolve(self._manifest, self._schema, fields, max_retries=max_retries)
@@ -273,6 +318,7 @@ class PartitionedNamespace:
 
         >>> # ns.write(pa.table({"id": [1], "event_date": [...], "country": ["US"]}), batch_id="2025-12-10")
         """
+        self._writable("write")
         from lancepart.write.local import write_local
 
         result = write_local(self, data, mode=mode, batch_id=batch_id, **options)
@@ -366,6 +412,7 @@ class PartitionedNamespace:
 
         >>> # ns.compact("event_date < DATE '2025-12-01'").details["fragments_after"]
         """
+        self._writable("compact")
         from lancepart.maintenance.compact import compact
 
         result = compact(self, filter, target_rows_per_fragment, **options)
@@ -412,6 +459,7 @@ class PartitionedNamespace:
 
         >>> # ns.cleanup(timedelta(days=7), dry_run=True).bytes_removed
         """
+        self._writable("cleanup")
         from lancepart.maintenance.cleanup import cleanup
 
         stats = cleanup(self.root, older_than, dry_run=dry_run, storage_options=self.storage_options,
@@ -429,6 +477,7 @@ class PartitionedNamespace:
 
         >>> # ns.repair(dry_run=True).columns_restored
         """
+        self._writable("repair")
         from lancepart.repair import repair
 
         report = repair(self._manifest, dry_run=dry_run)
@@ -457,6 +506,7 @@ class PartitionedNamespace:
 
         >>> # ns.drop_partitions("event_date = DATE '2025-12-10'").partitions_touched
         """
+        self._writable("drop_partitions")
         from lancepart.maintenance.drop import drop_partitions
 
         result = drop_partitions(self, filter, dry_run=dry_run, **options)

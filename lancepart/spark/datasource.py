@@ -141,20 +141,11 @@ def _open(options: Mapping[str, str]):
     """The namespace the options name, at option ``version`` if given."""
     from lancepart.namespace import PartitionedNamespace
 
-    ns = PartitionedNamespace.open(_root(options), storage_options=storage_options(options))
     version = _int_option(options, "version", None, 1)
-    if version is not None:
-        latest = ns.manifest.latest_version()
-        try:
-            if version > latest:
-                raise ValueError(f"no version {version}")
-            snap = ns.manifest.snapshot(version)
-        except (LancepartError, OSError, ValueError) as e:
-            raise SnapshotExpiredError(
-                f"option 'version'={version}: {ns.manifest.uri} has no readable version {version} (latest is "
-                f"{latest}; older versions are removed by cleanup): {e}") from None
-        ns._load(snap)  # the handle reads that snapshot: its spec versions, schema and table rows
-    return ns
+    try:  # a version: a read-only handle on that __manifest snapshot (time travel, docs/history.md)
+        return PartitionedNamespace.open(_root(options), storage_options=storage_options(options), version=version)
+    except (SnapshotExpiredError, InvalidArgumentError) as e:
+        raise type(e)(f"option 'version'={version}: {e}") from None
 
 
 # --------------------------------------------------------------------------- results

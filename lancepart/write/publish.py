@@ -27,7 +27,15 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, LancepartError, PartitionPinnedError
-from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, SnapshotGone
+from lancepart.manifest import (
+    OPERATION_PROPERTY,
+    PARTITIONS_PROPERTY,
+    ROWS_PROPERTY,
+    Manifest,
+    ManifestChanges,
+    ManifestSnapshot,
+    SnapshotGone,
+)
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import batches, faults
@@ -151,7 +159,9 @@ def publish(
         faults.checkpoint("before_manifest_commit")
         return ManifestChanges(upserts=upserts), new_count
 
-    props = batches.transaction_properties(batch_id) if batch_id is not None else None
+    props = {OPERATION_PROPERTY: mode, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
+             PARTITIONS_PROPERTY: str(len(writes)),
+             **(batches.transaction_properties(batch_id) if batch_id is not None else {})}
     update_started = time.monotonic()
     snap, new_count, retries = manifest.update(mutate, max_retries=max_retries, what="publish",
                                                transaction_properties=props)
