@@ -222,3 +222,15 @@ def test_cli_delete(ns, capsys):
     assert main(["delete", ns.root, "--filter", "no_such_column = 1", "--json", "-q"]) == 2
     assert "no_such_column" in json.loads(capsys.readouterr().out)["message"]
     assert main(["delete", ns.root, "-q"]) == 64  # --filter is required
+
+
+def test_compact_after_delete_keeps_the_rows_deleted(ns):
+    """docs/delete.md: compact materialises the deletions; the deleted rows stay deleted."""
+    before = published_rows(ns.root)
+    ns.delete("id % 2 = 0")
+    ns.compact(None)
+    expected = [i for i in ids(before) if i % 2]
+    assert ids(published_rows(ns.root)) == expected
+    for p in ns.partitions():
+        ds = lance.dataset(join_uri(ns.root, p.location), version=p.read_version)
+        assert all(f.metadata.deletion_file is None for f in ds.get_fragments())
