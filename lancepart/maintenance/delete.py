@@ -95,6 +95,22 @@ def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, s
     return matched.column(_ADDR).to_numpy().astype(np.uint64)
 
 
+def address_predicate(addr: np.ndarray) -> str:
+    """A Lance predicate selecting exactly the sorted row addresses ``addr``: each run of
+    consecutive addresses as one ``BETWEEN`` (a clustered delete stays a short predicate), the
+    runs found with numpy."""
+    breaks = np.flatnonzero(np.diff(addr) != 1) + 1
+    lo = addr[np.concatenate(([0], breaks))]
+    hi = addr[np.concatenate((breaks - 1, [len(addr) - 1]))]
+    single = lo == hi
+    terms = []
+    if single.any():
+        terms.append(f"{_ADDR} IN ({', '.join(lo[single].astype(str).tolist())})")
+    terms.extend(f"({_ADDR} BETWEEN {a} AND {b})" for a, b in zip(lo[~single].tolist(), hi[~single].tolist(),
+                                                                   strict=True))
+    return " OR ".join(terms)
+
+
 def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMetadata], removed_ids: Sequence[int],
                      storage_options: Mapping[str, str] | None = None, max_attempts: int = 40) -> int:
     """Commit, on top of ``base_version``, the version whose fragments are exactly the base's with
@@ -140,13 +156,18 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
     addr = matching_addresses(ds, schema, filter, scan_filter)
     if not len(addr):
         return TableDelete(object_id, location, base, None, 0)
+    addr = np.sort(addr)
     frag_of = (addr >> np.uint64(32)).astype(np.int64)
+    frag_ids, starts, counts = np.unique(frag_of, return_index=True, return_counts=True)
     updated: list[FragmentMetadata] = []
     removed: list[int] = []
-    for frag_id in np.unique(frag_of).tolist():
-        rows_at = ", ".join(map(str, addr[frag_of == frag_id].tolist()))
-        md = ds.get_fragment(frag_id).delete(f"{_ADDR} IN ({rows_at})")
-        if md is None:  # every row of the fragment is gone
+    for frag_id, start, count in zip(frag_ids.tolist(), starts.tolist(), counts.tolist(), strict=True):
+        fragment = ds.get_fragment(frag_id)
+        if count == fragment.count_rows():  # every live row matches: the fragment goes, no deletion file
+            removed.append(frag_id)
+            continue
+        md = fragment.delete(address_predicate(addr[start:start + count]))
+        if md is None:
             removed.append(frag_id)
         else:
             updated.append(md)
