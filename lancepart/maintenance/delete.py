@@ -18,10 +18,11 @@ the version already committed for it. No matching row anywhere: nothing is commi
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import lance
@@ -38,7 +39,14 @@ from lancepart.errors import (
     PartitionPinnedError,
 )
 from lancepart.ids import check_location
-from lancepart.manifest import LanceCommitConflictError, ManifestSnapshot, backoff, commit_lock, join_uri
+from lancepart.manifest import (
+    LanceCommitConflictError,
+    Manifest,
+    ManifestSnapshot,
+    backoff,
+    commit_lock,
+    join_uri,
+)
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import faults
@@ -62,6 +70,19 @@ class TableDelete:
     base: int | None
     version: int | None
     rows: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TableDelete:
+        return cls(**json.loads(text))
+
+
+# (object_id, location, published read_version) of each table to delete from
+TableTodo = tuple[str, str, int]
+# applies the delete to each table of a snapshot's todo list; the default runs them on local threads
+ApplyTables = Callable[[int, Sequence[TableTodo], str | None], list[TableDelete]]
 
 
 def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, scan_filter: str | None
@@ -178,8 +199,28 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
     return TableDelete(object_id, location, base, version, len(addr))
 
 
-def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20) -> CommitResult:
+def apply_on_threads(manifest: Manifest, schema: pa.Schema, filter: str) -> ApplyTables:
+    """The in-process :data:`ApplyTables`: each table's delete on the bounded thread pool; a
+    published version a cleanup removed meanwhile becomes a rebase (:func:`commit_on_published`)."""
+
+    def apply(snapshot_version: int, todo: Sequence[TableTodo], scan_filter: str | None) -> list[TableDelete]:
+        def one(t: TableTodo) -> TableDelete:
+            oid, location, base = t
+            return commit_on_published(
+                manifest, snapshot_version, oid, location, base,
+                lambda: delete_in_table(manifest.root, oid, location, base, schema, filter, scan_filter,
+                                        manifest.storage_options))
+
+        return map_threads(one, list(todo))
+
+    return apply
+
+
+def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
+           apply_tables: ApplyTables | None = None, phases: dict[str, Any] | None = None) -> CommitResult:
     """Delete every published row matching ``filter`` (SQL over source columns) in one publish.
+    ``apply_tables`` runs the per-table deletes elsewhere (``lancepart.spark.delete``: on the
+    executors); the ``__manifest`` commit and its rebase stay here.
 
     >>> # delete(ns, "user_id = 42").details["rows_deleted"]
     """
@@ -192,6 +233,7 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20) -> C
     started = time.monotonic()
     ns.refresh()  # a stale handle must not miss partitions of a spec version evolved since it was opened
     manifest, schema, specs = ns.manifest, ns.schema, ns.specs
+    apply = apply_tables or apply_on_threads(manifest, schema, filter)
     done: dict[str, TableDelete] = {}  # object_id -> the delete applied on its published version
 
     def mutate(snap: ManifestSnapshot) -> tuple[Any, list[TableDelete]]:
@@ -213,15 +255,8 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20) -> C
                     f"partition table {r['object_id']} is declared without a read_version; nothing was published")
             prev = done.get(r["object_id"])
             if prev is None or prev.base != r["read_version"]:
-                todo.append(r)
-
-        def one(r: dict[str, Any]) -> TableDelete:
-            return commit_on_published(
-                manifest, snap.version, r["object_id"], r["location"], r["read_version"],
-                lambda: delete_in_table(manifest.root, r["object_id"], r["location"], r["read_version"], schema,
-                                        filter, pruned.scan_filter, manifest.storage_options))
-
-        for d in map_threads(one, todo):
+                todo.append((r["object_id"], r["location"], r["read_version"]))
+        for d in apply(snap.version, todo, pruned.scan_filter) if todo else []:
             done[d.object_id] = d
         applied = [done[r["object_id"]] for r in rows if done[r["object_id"]].version is not None]
         if not applied:
@@ -242,7 +277,7 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20) -> C
         seconds=round(time.monotonic() - started, 3),
         details={"rows_deleted": rows_deleted, "filter": filter,
                  "tables": [{"object_id": d.object_id, "from_version": d.base, "read_version": d.version,
-                             "rows_deleted": d.rows} for d in applied]},
+                             "rows_deleted": d.rows} for d in applied], **(phases or {})},
     )
     log.info("deleted %d rows from %d partitions of %s where %s (manifest version %d)", rows_deleted, len(applied),
              ns.root, filter, snap.version)
