@@ -264,3 +264,45 @@ def test_two_concurrent_deletes_both_take_effect(ns):
     assert ids(published_rows(ns.root)) == [i for i in ids(before) if i % 2 and i % 3]
     assert_read_versions_only_increase(ns.refresh())
     assert ns.verify().ok
+
+
+def test_spark_delete_matches_ns_delete_and_rebases_through_spark(template, tmp_path, spark, monkeypatch):
+    """lps.delete (table deletes in Spark tasks, publish on the driver) == ns.delete; and with an
+    append published while it waits before its __manifest commit, it re-applies (a second Spark
+    job) on the new published versions (issue 14 items 2 and 6)."""
+    import shutil
+    import threading
+
+    from lancepart import spark as lps
+
+    shutil.copytree(template, tmp_path / "a")
+    shutil.copytree(template, tmp_path / "b")
+    a, b = PartitionedNamespace.open(str(tmp_path / "a")), PartitionedNamespace.open(str(tmp_path / "b"))
+    f = "amount > 50 OR user_id = 3"
+    ra, rb = a.delete(f), lps.delete(spark, b.root, f)
+    assert (rb.details["rows_deleted"], rb.partitions_touched, rb.manifest_version) == \
+        (ra.details["rows_deleted"], ra.partitions_touched, ra.manifest_version)
+    assert published_rows(b.root).equals(published_rows(a.root))
+
+    before = published_rows(b.root)
+    monkeypatch.setenv("LANCEPART_FAULT", "before_manifest_commit:sleep:3")
+    errors: list[BaseException] = []
+
+    def append_meanwhile() -> None:
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline and not any(
+                    lance.dataset(join_uri(b.root, p.location)).version > p.read_version for p in b.partitions(DAY1)):
+                time.sleep(0.05)
+            _write(b.root, 70_000)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    th = threading.Thread(target=append_meanwhile)
+    th.start()
+    result = lps.delete(spark, b.root, "id % 2 = 0")
+    th.join()
+    assert not errors, errors
+    assert result.retries >= 1 and result.details["spark_jobs"] >= 2
+    assert ids(published_rows(b.root)) == [i for i in ids(before) + list(range(70_000, 70_300)) if i % 2]
+    assert_read_versions_only_increase(b.refresh())
