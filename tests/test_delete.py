@@ -306,3 +306,26 @@ def test_spark_delete_matches_ns_delete_and_rebases_through_spark(template, tmp_
     assert result.retries >= 1 and result.details["spark_jobs"] >= 2
     assert ids(published_rows(b.root)) == [i for i in ids(before) + list(range(70_000, 70_300)) if i % 2]
     assert_read_versions_only_increase(b.refresh())
+
+
+def test_partitions_the_filter_covers_entirely_go_without_being_read(ns):
+    """Issue 14 item 2: a partition the strict projection proves entirely matched is emptied
+    without reading it: with its data files deleted from disk (a read would fail), the delete
+    still removes it; a filter that needs reading does read (and fails on the missing file)."""
+    before = published_rows(ns.root)
+    day1 = ns.partitions(DAY1)
+    for p in day1:
+        for f in lance.dataset(join_uri(ns.root, p.location), version=p.read_version).get_fragments():
+            for df in f.metadata.files:
+                os.remove(join_uri(ns.root, p.location) + "/data/" + df.path)
+    v0 = manifest_version(ns.root)
+    with pytest.raises(Exception):  # noqa: B017 - whichever typed error a missing data file becomes
+        ns.delete(f"{DAY1} AND amount > 50")
+    assert manifest_version(ns.root) == v0
+    result = ns.delete(DAY1)
+    assert result.partitions_touched == 4 and manifest_version(ns.root) == v0 + 1
+    n1 = sum(1 for d in before["event_date"].to_pylist() if str(d) == "2025-12-01")
+    assert result.details["rows_deleted"] == n1
+    for p in ns.partitions(DAY1):
+        assert lance.dataset(join_uri(ns.root, p.location), version=p.read_version).count_rows() == 0
+    assert published_rows(ns.root).num_rows == before.num_rows - n1

@@ -8,6 +8,11 @@ beyond ``read_version`` belong to other jobs' unpublished work and never leak in
 same rule as a write's table commit, :mod:`lancepart.write.tables`). Then ONE ``__manifest``
 commit moves ``read_version`` of every changed table: all partitions or none.
 
+A partition the filter covers entirely, as the strict projection of drop_partitions proves it
+(the filter names only identity-partitioned columns and is TRUE on the partition's values), is
+emptied without reading a row: every fragment of its published version is removed. It stays in
+``__manifest`` with an empty version (``drop_partitions`` removes partitions themselves).
+
 Conflicts (docs/delete.md): the ``__manifest`` commit is optimistic. On a conflict the
 mutation runs again on the new snapshot; a table whose published version moved meanwhile (a
 concurrent append, delete or compaction published first) has the delete evaluated again on the
@@ -49,6 +54,7 @@ from lancepart.manifest import (
 )
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.spec import PartitionSpec
 from lancepart.write import faults
 from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.tables import _ident
@@ -79,8 +85,8 @@ class TableDelete:
         return cls(**json.loads(text))
 
 
-# (object_id, location, published read_version) of each table to delete from
-TableTodo = tuple[str, str, int]
+# (object_id, location, published read_version, every row matches) of each table to delete from
+TableTodo = tuple[str, str, int, bool]
 # applies the delete to each table of a snapshot's todo list; the default runs them on local threads
 ApplyTables = Callable[[int, Sequence[TableTodo], str | None], list[TableDelete]]
 
@@ -168,12 +174,22 @@ def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMeta
 
 
 def delete_in_table(root: str, object_id: str, location: str, base: int, schema: pa.Schema, filter: str,
-                    scan_filter: str | None, storage_options: Mapping[str, str] | None = None) -> TableDelete:
+                    scan_filter: str | None, storage_options: Mapping[str, str] | None = None, *,
+                    whole: bool = False) -> TableDelete:
     """Delete the rows matching ``filter`` from version ``base`` of one partition table and commit
-    the result (nothing when no row matches)."""
+    the result (nothing when no row matches). ``whole``: the strict projection proved that every
+    row matches (:func:`entire_tables`); every fragment goes without reading a row."""
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(location, object_id, root))
     ds = lance.dataset(uri, version=base, storage_options=so)
+    if whole:
+        fragments = ds.get_fragments()
+        rows = sum(f.count_rows() for f in fragments)  # from the fragment metadata
+        if not fragments:
+            return TableDelete(object_id, location, base, None, 0)
+        version = commit_deletions(uri, base, [], [f.fragment_id for f in fragments], so)
+        faults.checkpoint("after_table_commit")
+        return TableDelete(object_id, location, base, version, rows)
     addr = matching_addresses(ds, schema, filter, scan_filter)
     if not len(addr):
         return TableDelete(object_id, location, base, None, 0)
@@ -199,17 +215,31 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
     return TableDelete(object_id, location, base, version, len(addr))
 
 
+def entire_tables(filter: str, schema: pa.Schema, specs: Mapping[int, PartitionSpec], pins: pa.Table) -> set[str]:
+    """The partition tables whose every row matches ``filter``, by the strict projection
+    drop_partitions uses (:func:`lancepart.maintenance.drop.matching_tables`: the filter names only
+    identity-partitioned columns and is TRUE on the partition values); empty where that cannot be
+    decided (those tables are read)."""
+    from lancepart.maintenance.drop import matching_tables
+
+    try:
+        picked = matching_tables(filter, schema, dict(specs), pins)
+    except InvalidFilterError:  # a column that is not identity-partitioned: decided row by row instead
+        return set()
+    return set(pins.column("object_id").take(pa.array(picked, pa.int64())).to_pylist()) if picked else set()
+
+
 def apply_on_threads(manifest: Manifest, schema: pa.Schema, filter: str) -> ApplyTables:
     """The in-process :data:`ApplyTables`: each table's delete on the bounded thread pool; a
     published version a cleanup removed meanwhile becomes a rebase (:func:`commit_on_published`)."""
 
     def apply(snapshot_version: int, todo: Sequence[TableTodo], scan_filter: str | None) -> list[TableDelete]:
         def one(t: TableTodo) -> TableDelete:
-            oid, location, base = t
+            oid, location, base, whole = t
             return commit_on_published(
                 manifest, snapshot_version, oid, location, base,
                 lambda: delete_in_table(manifest.root, oid, location, base, schema, filter, scan_filter,
-                                        manifest.storage_options))
+                                        manifest.storage_options, whole=whole))
 
         return map_threads(one, list(todo))
 
@@ -243,6 +273,7 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
             raise InvalidFilterError(str(e)) from None
         cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
         rows = [r for r in pruned.kept.select(cols).to_pylist() if _partition_spec_id(r["object_id"]) is not None]
+        entire = entire_tables(filter, schema, specs, snap.table_pins())
         todo = []
         for r in rows:
             if r["read_branch"] is not None or r["read_tag"] is not None:
@@ -255,7 +286,7 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
                     f"partition table {r['object_id']} is declared without a read_version; nothing was published")
             prev = done.get(r["object_id"])
             if prev is None or prev.base != r["read_version"]:
-                todo.append((r["object_id"], r["location"], r["read_version"]))
+                todo.append((r["object_id"], r["location"], r["read_version"], r["object_id"] in entire))
         for d in apply(snap.version, todo, pruned.scan_filter) if todo else []:
             done[d.object_id] = d
         applied = [done[r["object_id"]] for r in rows if done[r["object_id"]].version is not None]

@@ -31,7 +31,7 @@ log = logging.getLogger("lancepart.spark")
 
 def _delete_task(root: str, schema_json: str, filter: str, scan_filter: str | None, snapshot_version: int,
                  storage_options: Any) -> Callable[[str], str]:
-    """The executor function: one table's ``[object_id, location, base]`` in, its
+    """The executor function: one table's ``[object_id, location, base, whole]`` in, its
     :class:`TableDelete` JSON out (or ``{"conflict": ...}`` when the driver must rebase)."""
 
     def run(item: str) -> str:
@@ -40,13 +40,13 @@ def _delete_task(root: str, schema_json: str, filter: str, scan_filter: str | No
         from lancepart.spec import schema_from_json
         from lancepart.write.guard import commit_on_published
 
-        oid, location, base = json.loads(item)
+        oid, location, base, whole = json.loads(item)
         options = options_value(storage_options)
         schema = schema_from_json(schema_json)
         try:
             done = commit_on_published(Manifest(root, options), snapshot_version, oid, location, base,
                                        lambda: delete_in_table(root, oid, location, base, schema, filter,
-                                                               scan_filter, options))
+                                                               scan_filter, options, whole=whole))
         except ManifestConflict as e:
             return json.dumps({"conflict": str(e)})
         return done.to_json()
