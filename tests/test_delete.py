@@ -329,3 +329,26 @@ def test_partitions_the_filter_covers_entirely_go_without_being_read(ns):
     for p in ns.partitions(DAY1):
         assert lance.dataset(join_uri(ns.root, p.location), version=p.read_version).count_rows() == 0
     assert published_rows(ns.root).num_rows == before.num_rows - n1
+
+
+def test_a_pinned_partition_that_may_match_refuses_the_delete(ns):
+    """A table pinned by read_tag is read at the tag; a delete on main would not change what
+    readers see there, so a delete that may touch it fails with nothing published (rather than
+    reporting success while matching rows stay visible). A filter that prunes it away works."""
+    from lancepart.errors import PartitionPinnedError
+
+    pinned = ns.partitions(DAY1)[0]
+    lance.dataset(join_uri(ns.root, pinned.location)).tags.create("keep", pinned.read_version)
+
+    def pin(snap):
+        rows = snap.rows
+        i = rows.schema.get_field_index("read_tag")
+        hit = pc.equal(rows.column("object_id"), pinned.object_id)
+        return rows.set_column(i, rows.schema.field(i), pc.if_else(hit, pa.scalar("keep"), rows.column(i))), None
+
+    ns.manifest.update(pin)
+    v0 = manifest_version(ns.root)
+    with pytest.raises(PartitionPinnedError) as e:
+        ns.delete("id % 2 = 0")
+    assert pinned.object_id in str(e.value) and manifest_version(ns.root) == v0
+    assert ns.delete("event_date = DATE '2025-12-02'").partitions_touched == 4
