@@ -352,3 +352,19 @@ def test_a_pinned_partition_that_may_match_refuses_the_delete(ns):
         ns.delete("id % 2 = 0")
     assert pinned.object_id in str(e.value) and manifest_version(ns.root) == v0
     assert ns.delete("event_date = DATE '2025-12-02'").partitions_touched == 4
+
+
+def test_a_compaction_planned_before_the_delete_does_not_resurrect_rows(ns):
+    """Item 6: a compaction rewrote the published fragments (deleted rows still in them), then a
+    delete published, then the compaction publishes: its rewrite of the old fragments must not
+    come back (the rows the delete removed stay removed)."""
+    from lancepart.maintenance.compact import finish_compaction, plan_compaction, rewrite_or_failure, split_rewrites
+
+    before = published_rows(ns.root)
+    plan = plan_compaction(ns, None, 1_048_576, min_small_fragments=2, materialize_deletions_threshold=0.1)
+    assert plan.tables
+    rewrites, failures = split_rewrites([rewrite_or_failure(ns.root, tp) for tp in plan.tables])
+    ns.delete("id % 2 = 0")
+    finish_compaction(ns.manifest, plan, rewrites, started=time.monotonic(), phases={}, failures=failures)
+    assert ids(published_rows(ns.root)) == [i for i in ids(before) if i % 2]
+    assert_read_versions_only_increase(ns.refresh())
