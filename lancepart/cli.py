@@ -12,6 +12,7 @@
     lancepart repair ROOT [--dry-run]
     lancepart verify ROOT [--deep]
     lancepart drop-partitions ROOT --filter SQL [--dry-run]
+    lancepart delete ROOT --filter SQL [--max-retries N]
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -642,6 +643,20 @@ def _cmd_drop_partitions(args: argparse.Namespace) -> Any:
     return None
 
 
+def _cmd_delete(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    _Progress(args.quiet)(f"deleting rows of {ns.root} where {args.filter}")
+    result = ns.delete(args.filter, max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, **result.to_dict()}
+    for t in result.details["tables"]:
+        print(f"  {t['object_id']}: {t['rows_deleted']} rows deleted (version {t['from_version']} -> "
+              f"{t['read_version']})")
+    print(f"deleted {result.details['rows_deleted']} rows from {result.partitions_touched} partitions of {ns.root}; "
+          f"manifest version {result.manifest_version}")
+    return None
+
+
 # --------------------------------------------------------------------------- parser
 def _common(with_config: bool) -> argparse.ArgumentParser:
     """Options every subcommand accepts (after its name too: ``lancepart describe ROOT --json``)."""
@@ -787,6 +802,13 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--filter", required=True, metavar="SQL", help="e.g. \"event_date < DATE '2025-01-01'\"")
     dp.add_argument("--dry-run", action="store_true", help="list what would be dropped, change nothing")
     _max_retries(dp)
+
+    dl = add("delete", "delete the rows matching a filter from every partition, in one commit", _cmd_delete,
+             description="Delete every published row for which the filter is TRUE: Lance deletions on the "
+                         "published version of each partition that may hold one, then one __manifest commit "
+                         "(all partitions or none). Removed rows' files stay until cleanup.")
+    dl.add_argument("--filter", required=True, metavar="SQL", help="e.g. \"user_id = 42\"; 'TRUE' deletes every row")
+    _max_retries(dl)
     return p
 
 

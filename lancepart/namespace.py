@@ -513,6 +513,20 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    def delete(self, filter: str, *, max_retries: int = 20) -> CommitResult:
+        """Delete every published row matching ``filter`` (SQL over source columns) in one publish:
+        Lance deletions on the published version of each partition the pruner keeps, then one
+        ``__manifest`` commit (:mod:`lancepart.maintenance.delete`); ``details["rows_deleted"]``.
+
+        >>> # ns.delete("user_id = 42").details["rows_deleted"]
+        """
+        self._writable("delete")
+        from lancepart.maintenance.delete import delete
+
+        result = delete(self, filter, max_retries=max_retries)
+        self.refresh()
+        return result
+
     def __repr__(self) -> str:
         from lancepart.redact import redact  # a root's URL userinfo is never shown
 

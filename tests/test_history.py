@@ -135,6 +135,7 @@ def test_a_time_travel_handle_cannot_commit(written):
         "drop_partitions": lambda: old.drop_partitions("event_date IS NOT NULL"),
         "repair": old.repair,
         "evolve": lambda: old.evolve(old.current_spec.fields),
+        "delete": lambda: old.delete("id >= 0"),
     }
     for name, call in calls.items():
         with pytest.raises(InvalidArgumentError, match=f"{name}: this handle reads __manifest version {v} .* "

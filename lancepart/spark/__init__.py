@@ -7,14 +7,16 @@ partition tables with pylance on the executors.
 >>> # lps.write(df, "/data/events", mode="append", batch_id="2025-12-10")
 >>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'")
 >>> # lps.compact(spark, "/data/events", filter="event_date < DATE '2025-12-01'")
+>>> # lps.delete(spark, "/data/events", "user_id = 42")
 """
 
 from lancepart.read.spj import Compatibility, JoinPlan, spj_compatibility
 from lancepart.spark.compact import compact
 from lancepart.spark.datasource import last_result, register
+from lancepart.spark.delete import delete
 from lancepart.spark.join import explain_join, join
 from lancepart.spark.read import read
 from lancepart.spark.write import write
 
-__all__ = ["Compatibility", "JoinPlan", "compact", "explain_join", "join", "last_result", "read", "register",
+__all__ = ["Compatibility", "JoinPlan", "compact", "delete", "explain_join", "join", "last_result", "read", "register",
            "spj_compatibility", "write"]

@@ -1,0 +1,315 @@
+"""Row-level delete: remove the rows matching a filter from every partition, in one publish.
+
+For each partition table the pruner keeps, the rows of its *published* ``read_version`` for
+which the filter is TRUE (evaluated exactly, by DataFusion, as reads evaluate it) get Lance
+deletion files; the table version committed for it holds exactly the published fragments, the
+touched ones with their new deletion file and the ones left with no row removed. Versions
+beyond ``read_version`` belong to other jobs' unpublished work and never leak into ours (the
+same rule as a write's table commit, :mod:`lancepart.write.tables`). Then ONE ``__manifest``
+commit moves ``read_version`` of every changed table: all partitions or none.
+
+A partition the filter covers entirely, as the strict projection of drop_partitions proves it
+(the filter names only identity-partitioned columns and is TRUE on the partition's values), is
+emptied without reading a row: every fragment of its published version is removed. It stays in
+``__manifest`` with an empty version (``drop_partitions`` removes partitions themselves).
+
+Conflicts (docs/delete.md): the ``__manifest`` commit is optimistic. On a conflict the
+mutation runs again on the new snapshot; a table whose published version moved meanwhile (a
+concurrent append, delete or compaction published first) has the delete evaluated again on the
+new published version, so rows appended and published first that match are deleted too, and
+rows another delete removed stay removed. A table whose published version did not move keeps
+the version already committed for it. No matching row anywhere: nothing is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata
+
+from lancepart.errors import (
+    CommitConflictError,
+    InvalidArgumentError,
+    InvalidFilterError,
+    LancepartError,
+    PartitionPinnedError,
+)
+from lancepart.ids import check_location
+from lancepart.manifest import (
+    LanceCommitConflictError,
+    Manifest,
+    ManifestSnapshot,
+    backoff,
+    commit_lock,
+    join_uri,
+)
+from lancepart.parallel import map_threads
+from lancepart.results import CommitResult
+from lancepart.spec import PartitionSpec
+from lancepart.write import faults
+from lancepart.write.guard import check_files_present, commit_on_published
+from lancepart.write.tables import _ident
+
+if TYPE_CHECKING:
+    from lancepart.namespace import PartitionedNamespace
+
+log = logging.getLogger("lancepart.maintenance")
+_ADDR = "_rowaddr"
+
+
+@dataclass(frozen=True)
+class TableDelete:
+    """The delete applied to one partition table: on ``base`` (its published version then),
+    ``rows`` rows removed by committing ``version`` (None: no row matched, nothing committed)."""
+
+    object_id: str
+    location: str
+    base: int | None
+    version: int | None
+    rows: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TableDelete:
+        return cls(**json.loads(text))
+
+
+# (object_id, location, published read_version, every row matches) of each table to delete from
+TableTodo = tuple[str, str, int, bool]
+# applies the delete to each table of a snapshot's todo list; the default runs them on local threads
+ApplyTables = Callable[[int, Sequence[TableTodo], str | None], list[TableDelete]]
+
+
+def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, scan_filter: str | None
+                       ) -> np.ndarray:
+    """Row addresses (``_rowaddr``) of the rows of ``ds`` for which ``filter`` is TRUE: the
+    columns it names are read (``scan_filter`` pushed into the scan), then ``filter`` is applied
+    exactly by DataFusion, as :meth:`PartitionedNamespace.to_table` applies it."""
+    from lancepart.read.prune import filter_columns
+    from lancepart.read.snapshot import apply_filter
+
+    cols = filter_columns(filter, schema)
+    present = [c for c in cols if c in ds.schema.names]
+    table = None
+    if scan_filter is not None and len(present) == len(cols):
+        try:
+            table = ds.to_table(columns=present, filter=scan_filter, with_row_address=True)
+        except ValueError as e:  # Lance's planner refused it: scan unfiltered, the exact filter follows
+            log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
+    if table is None:
+        table = ds.to_table(columns=present, with_row_address=True)
+    # a column the table lacks (added to the schema after it was written) reads as NULL
+    arrays = [table.column(c).cast(schema.field(c).type) if c in present else pa.nulls(table.num_rows,
+                                                                                        schema.field(c).type)
+              for c in cols]
+    view = pa.Table.from_arrays([*arrays, table.column(_ADDR)],
+                                schema=pa.schema([*(schema.field(c) for c in cols), pa.field(_ADDR, pa.uint64())]))
+    try:
+        matched = apply_filter(view, filter)
+    except InvalidArgumentError as e:
+        raise InvalidFilterError(str(e)) from None
+    return matched.column(_ADDR).to_numpy().astype(np.uint64)
+
+
+def address_predicate(addr: np.ndarray) -> str:
+    """A Lance predicate selecting exactly the sorted row addresses ``addr``: each run of
+    consecutive addresses as one ``BETWEEN`` (a clustered delete stays a short predicate), the
+    runs found with numpy."""
+    breaks = np.flatnonzero(np.diff(addr) != 1) + 1
+    lo = addr[np.concatenate(([0], breaks))]
+    hi = addr[np.concatenate((breaks - 1, [len(addr) - 1]))]
+    single = lo == hi
+    terms = []
+    if single.any():
+        terms.append(f"{_ADDR} IN ({', '.join(lo[single].astype(str).tolist())})")
+    terms.extend(f"({_ADDR} BETWEEN {a} AND {b})" for a, b in zip(lo[~single].tolist(), hi[~single].tolist(),
+                                                                   strict=True))
+    return " OR ".join(terms)
+
+
+def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMetadata], removed_ids: Sequence[int],
+                     storage_options: Mapping[str, str] | None = None, max_attempts: int = 40) -> int:
+    """Commit, on top of ``base_version``, the version whose fragments are exactly the base's with
+    ``updated`` (same ids, a new deletion file) in place of theirs and without ``removed_ids``
+    (every row deleted); return it. Like :func:`lancepart.write.tables.commit_table`: a base
+    fragment missing or altered in the latest version is restored first, foreign fragments are
+    removed, and the version made is checked to be exactly that."""
+    so = dict(storage_options) if storage_options else None
+    lock = commit_lock(uri, so)
+    base = {_ident(f.metadata): f.fragment_id for f in lance.dataset(uri, version=base_version,
+                                                                      storage_options=so).get_fragments()}
+    changed = {f.id for f in updated} | set(removed_ids)
+    wanted = {ident for ident, fid in base.items() if fid not in changed} | {_ident(f) for f in updated}
+    for attempt in range(max_attempts):
+        latest = lance.dataset(uri, storage_options=so)
+        have = {_ident(f.metadata): f.fragment_id for f in latest.get_fragments()}
+        try:
+            if not set(base) <= set(have):
+                lance.LanceDataset.commit(uri, LanceOperation.Restore(base_version), read_version=latest.version,
+                                          storage_options=so, commit_lock=lock)
+                continue
+            remove = [fid for ident, fid in have.items()
+                      if ident not in wanted and (fid in removed_ids or fid not in changed)]
+            ours = lance.LanceDataset.commit(
+                uri, LanceOperation.Update(removed_fragment_ids=remove, updated_fragments=list(updated)),
+                read_version=latest.version, storage_options=so, commit_lock=lock)
+        except LanceCommitConflictError:
+            backoff(attempt, 0.01, 1.0)
+            continue
+        if {_ident(f.metadata) for f in ours.get_fragments()} == wanted:
+            return ours.version
+        backoff(attempt, 0.01, 1.0)
+    raise CommitConflictError(f"partition table {uri}: {max_attempts} delete commits conflicted; nothing published")
+
+
+def delete_in_table(root: str, object_id: str, location: str, base: int, schema: pa.Schema, filter: str,
+                    scan_filter: str | None, storage_options: Mapping[str, str] | None = None, *,
+                    whole: bool = False) -> TableDelete:
+    """Delete the rows matching ``filter`` from version ``base`` of one partition table and commit
+    the result (nothing when no row matches). ``whole``: the strict projection proved that every
+    row matches (:func:`entire_tables`); every fragment goes without reading a row."""
+    so = dict(storage_options) if storage_options else None
+    uri = join_uri(root, check_location(location, object_id, root))
+    ds = lance.dataset(uri, version=base, storage_options=so)
+    if whole:
+        fragments = ds.get_fragments()
+        rows = sum(f.count_rows() for f in fragments)  # from the fragment metadata
+        if not fragments:
+            return TableDelete(object_id, location, base, None, 0)
+        version = commit_deletions(uri, base, [], [f.fragment_id for f in fragments], so)
+        faults.checkpoint("after_table_commit")
+        return TableDelete(object_id, location, base, version, rows)
+    addr = matching_addresses(ds, schema, filter, scan_filter)
+    if not len(addr):
+        return TableDelete(object_id, location, base, None, 0)
+    addr = np.sort(addr)
+    frag_of = (addr >> np.uint64(32)).astype(np.int64)
+    frag_ids, starts, counts = np.unique(frag_of, return_index=True, return_counts=True)
+    updated: list[FragmentMetadata] = []
+    removed: list[int] = []
+    for frag_id, start, count in zip(frag_ids.tolist(), starts.tolist(), counts.tolist(), strict=True):
+        fragment = ds.get_fragment(frag_id)
+        if count == fragment.count_rows():  # every live row matches: the fragment goes, no deletion file
+            removed.append(frag_id)
+            continue
+        md = fragment.delete(address_predicate(addr[start:start + count]))
+        if md is None:
+            removed.append(frag_id)
+        else:
+            updated.append(md)
+    version = commit_deletions(uri, base, updated, removed, so)
+    if version <= base:
+        raise LancepartError(f"{object_id}: table version {version} would move read_version {base} backwards")
+    faults.checkpoint("after_table_commit")
+    return TableDelete(object_id, location, base, version, len(addr))
+
+
+def entire_tables(filter: str, schema: pa.Schema, specs: Mapping[int, PartitionSpec], pins: pa.Table) -> set[str]:
+    """The partition tables whose every row matches ``filter``, by the strict projection
+    drop_partitions uses (:func:`lancepart.maintenance.drop.matching_tables`: the filter names only
+    identity-partitioned columns and is TRUE on the partition values); empty where that cannot be
+    decided (those tables are read)."""
+    from lancepart.maintenance.drop import matching_tables
+
+    try:
+        picked = matching_tables(filter, schema, dict(specs), pins)
+    except InvalidFilterError:  # a column that is not identity-partitioned: decided row by row instead
+        return set()
+    return set(pins.column("object_id").take(pa.array(picked, pa.int64())).to_pylist()) if picked else set()
+
+
+def apply_on_threads(manifest: Manifest, schema: pa.Schema, filter: str) -> ApplyTables:
+    """The in-process :data:`ApplyTables`: each table's delete on the bounded thread pool; a
+    published version a cleanup removed meanwhile becomes a rebase (:func:`commit_on_published`)."""
+
+    def apply(snapshot_version: int, todo: Sequence[TableTodo], scan_filter: str | None) -> list[TableDelete]:
+        def one(t: TableTodo) -> TableDelete:
+            oid, location, base, whole = t
+            return commit_on_published(
+                manifest, snapshot_version, oid, location, base,
+                lambda: delete_in_table(manifest.root, oid, location, base, schema, filter, scan_filter,
+                                        manifest.storage_options, whole=whole))
+
+        return map_threads(one, list(todo))
+
+    return apply
+
+
+def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
+           apply_tables: ApplyTables | None = None, phases: dict[str, Any] | None = None) -> CommitResult:
+    """Delete every published row matching ``filter`` (SQL over source columns) in one publish.
+    ``apply_tables`` runs the per-table deletes elsewhere (``lancepart.spark.delete``: on the
+    executors); the ``__manifest`` commit and its rebase stay here.
+
+    >>> # delete(ns, "user_id = 42").details["rows_deleted"]
+    """
+    from lancepart.namespace import _partition_spec_id
+    from lancepart.read.prune import prune
+
+    if not isinstance(filter, str) or not filter.strip():
+        raise InvalidFilterError("delete needs a filter (a SQL boolean expression over the namespace's columns); "
+                                 "to delete every row say so: filter='TRUE'")
+    started = time.monotonic()
+    ns.refresh()  # a stale handle must not miss partitions of a spec version evolved since it was opened
+    manifest, schema, specs = ns.manifest, ns.schema, ns.specs
+    apply = apply_tables or apply_on_threads(manifest, schema, filter)
+    done: dict[str, TableDelete] = {}  # object_id -> the delete applied on its published version
+
+    def mutate(snap: ManifestSnapshot) -> tuple[Any, list[TableDelete]]:
+        try:
+            pruned = prune(filter, schema, specs, snap.table_pins())
+        except InvalidArgumentError as e:
+            raise InvalidFilterError(str(e)) from None
+        cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
+        rows = [r for r in pruned.kept.select(cols).to_pylist() if _partition_spec_id(r["object_id"]) is not None]
+        entire = entire_tables(filter, schema, specs, snap.table_pins())
+        todo = []
+        for r in rows:
+            if r["read_branch"] is not None or r["read_tag"] is not None:
+                raise PartitionPinnedError(
+                    f"partition table {r['object_id']} may hold rows matching {filter!r} but is pinned to "
+                    f"branch={r['read_branch']!r} tag={r['read_tag']!r}; lancepart deletes on main only; unpin it "
+                    f"first or narrow the filter; nothing was published")
+            if r["read_version"] is None:
+                raise InvalidArgumentError(
+                    f"partition table {r['object_id']} is declared without a read_version; nothing was published")
+            prev = done.get(r["object_id"])
+            if prev is None or prev.base != r["read_version"]:
+                todo.append((r["object_id"], r["location"], r["read_version"], r["object_id"] in entire))
+        for d in apply(snap.version, todo, pruned.scan_filter) if todo else []:
+            done[d.object_id] = d
+        applied = [done[r["object_id"]] for r in rows if done[r["object_id"]].version is not None]
+        if not applied:
+            return None, []
+        faults.checkpoint("after_table_commits")
+        check_files_present(manifest.root, [(d.object_id, d.location, d.version, []) for d in applied],
+                            manifest.storage_options)
+        faults.checkpoint("before_manifest_commit")
+        return snap.read_version_changes({d.object_id: d.version for d in applied}), applied
+
+    snap, applied, retries = manifest.update(mutate, max_retries=max_retries, what="delete")
+    if applied:
+        faults.checkpoint("after_manifest_commit")
+        manifest.protect(snap.metadata)
+    rows_deleted = sum(d.rows for d in applied)
+    result = CommitResult(
+        manifest_version=snap.version, rows_written=0, partitions_touched=len(applied), retries=retries,
+        seconds=round(time.monotonic() - started, 3),
+        details={"rows_deleted": rows_deleted, "filter": filter,
+                 "tables": [{"object_id": d.object_id, "from_version": d.base, "read_version": d.version,
+                             "rows_deleted": d.rows} for d in applied], **(phases or {})},
+    )
+    log.info("deleted %d rows from %d partitions of %s where %s (manifest version %d)", rows_deleted, len(applied),
+             ns.root, filter, snap.version)
+    return result
