@@ -37,7 +37,6 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import (
-    CommitConflictError,
     InvalidArgumentError,
     InvalidFilterError,
     LancepartError,
@@ -45,11 +44,8 @@ from lancepart.errors import (
 )
 from lancepart.ids import check_location
 from lancepart.manifest import (
-    LanceCommitConflictError,
     Manifest,
     ManifestSnapshot,
-    backoff,
-    commit_lock,
     join_uri,
 )
 from lancepart.parallel import map_threads
@@ -57,7 +53,7 @@ from lancepart.results import CommitResult
 from lancepart.spec import PartitionSpec
 from lancepart.write import faults
 from lancepart.write.guard import check_files_present, commit_on_published
-from lancepart.write.tables import _ident
+from lancepart.write.tables import _ident, commit_exactly
 
 if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
@@ -146,31 +142,18 @@ def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMeta
     fragment missing or altered in the latest version is restored first, foreign fragments are
     removed, and the version made is checked to be exactly that."""
     so = dict(storage_options) if storage_options else None
-    lock = commit_lock(uri, so)
     base = {_ident(f.metadata): f.fragment_id for f in lance.dataset(uri, version=base_version,
                                                                       storage_options=so).get_fragments()}
     changed = {f.id for f in updated} | set(removed_ids)
     wanted = {ident for ident, fid in base.items() if fid not in changed} | {_ident(f) for f in updated}
-    for attempt in range(max_attempts):
-        latest = lance.dataset(uri, storage_options=so)
-        have = {_ident(f.metadata): f.fragment_id for f in latest.get_fragments()}
-        try:
-            if not set(base) <= set(have):
-                lance.LanceDataset.commit(uri, LanceOperation.Restore(base_version), read_version=latest.version,
-                                          storage_options=so, commit_lock=lock)
-                continue
-            remove = [fid for ident, fid in have.items()
-                      if ident not in wanted and (fid in removed_ids or fid not in changed)]
-            ours = lance.LanceDataset.commit(
-                uri, LanceOperation.Update(removed_fragment_ids=remove, updated_fragments=list(updated)),
-                read_version=latest.version, storage_options=so, commit_lock=lock)
-        except LanceCommitConflictError:
-            backoff(attempt, 0.01, 1.0)
-            continue
-        if {_ident(f.metadata) for f in ours.get_fragments()} == wanted:
-            return ours.version
-        backoff(attempt, 0.01, 1.0)
-    raise CommitConflictError(f"partition table {uri}: {max_attempts} delete commits conflicted; nothing published")
+
+    def update(have: Mapping[Any, int]) -> LanceOperation.Update:
+        remove = [fid for ident, fid in have.items()
+                  if ident not in wanted and (fid in removed_ids or fid not in changed)]
+        return LanceOperation.Update(removed_fragment_ids=remove, updated_fragments=list(updated))
+
+    return commit_exactly(uri, base_version, set(base), wanted, update, so, f"partition table {uri} (delete)",
+                          max_attempts=max_attempts)
 
 
 def delete_in_table(root: str, object_id: str, location: str, base: int, schema: pa.Schema, filter: str,

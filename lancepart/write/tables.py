@@ -16,7 +16,7 @@ exactly ``published âˆª ours`` (append), ``ours`` (overwrite) or ``(published âˆ
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import lance
 from lance import LanceOperation
@@ -60,7 +60,6 @@ def commit_table(
         raise ValueError("commit_table: overwrite replaces every fragment; 'remove' makes no sense with it")
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    lock = commit_lock(uri, so)  # None unless the store needs one (docs/object-storage.md)
     base: set[Ident] = set()
     if not overwrite:
         published = lance.dataset(uri, version=base_version, storage_options=so)
@@ -72,22 +71,39 @@ def commit_table(
             f"(e.g. {sorted(next(iter(gone))[0])}); nothing committed")
     mine = {_ident(f) for f in fragments}
     wanted = (base - removed) | mine
+    def update(have: Mapping[Ident, int]) -> LanceOperation.Update:
+        remove = [fid for ident, fid in have.items() if ident not in wanted]
+        return LanceOperation.Update(removed_fragment_ids=remove,
+                                     new_fragments=[f for f in fragments if _ident(f) not in have])
+
+    return commit_exactly(uri, base_version, base, wanted, update, so, f"partition table {location}",
+                          max_attempts=max_attempts)
+
+
+def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted: set[Ident],
+                   update: Callable[[Mapping[Ident, int]], LanceOperation.BaseOperation],
+                   storage_options: Mapping[str, str] | None, what: str, *, max_attempts: int = 40) -> int:
+    """The commit loop of every change to a partition table (a write, a compaction, a delete):
+    on the latest version, restore ``base_version`` first if one of its fragments (``base``) is
+    missing or altered there, then commit ``update(fragments of the latest version by ident)``;
+    return the version made once its fragments are exactly ``wanted`` (Lance may rebase the
+    commit over a concurrent one: then it is redone). :class:`CommitConflictError` naming
+    ``what`` after ``max_attempts``, with nothing of ours in a published version."""
+    lock = commit_lock(uri, storage_options)  # None unless the store needs one (docs/object-storage.md)
     for attempt in range(max_attempts):
-        latest = lance.dataset(uri, storage_options=so)
+        latest = lance.dataset(uri, storage_options=storage_options)
         have = {_ident(f.metadata): f.fragment_id for f in latest.get_fragments()}
         try:
             if not base <= set(have):
                 lance.LanceDataset.commit(uri, LanceOperation.Restore(base_version), read_version=latest.version,
-                                          storage_options=so, commit_lock=lock)
+                                          storage_options=storage_options, commit_lock=lock)
                 continue
-            remove = [fid for ident, fid in have.items() if ident not in wanted]
-            add = [f for f in fragments if _ident(f) not in have]
-            ours = lance.LanceDataset.commit(uri, LanceOperation.Update(removed_fragment_ids=remove, new_fragments=add),
-                                             read_version=latest.version, storage_options=so, commit_lock=lock)
+            ours = lance.LanceDataset.commit(uri, update(have), read_version=latest.version,
+                                             storage_options=storage_options, commit_lock=lock)
         except LanceCommitConflictError:
             backoff(attempt, 0.01, 1.0)
             continue
         if {_ident(f.metadata) for f in ours.get_fragments()} == wanted:
             return ours.version
         backoff(attempt, 0.01, 1.0)
-    raise CommitConflictError(f"partition table {location}: {max_attempts} commits conflicted; nothing published")
+    raise CommitConflictError(f"{what}: {max_attempts} commits conflicted; nothing published")
