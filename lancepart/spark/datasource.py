@@ -284,11 +284,9 @@ def _plan_write(options: Mapping[str, str], schema) -> tuple[_WritePlan, Any]:
     ns = _open_for_write(options, input_schema)
     check_schema(input_schema, ns.schema)  # before any byte is written
     spec = ns.current_spec
-    tables = ns.snapshot().table_pins()
-    prefix = spec.namespace + "$"
-    existing = {oid: loc for oid, loc in zip(tables.column("object_id").to_pylist(),
-                                             tables.column("location").to_pylist(), strict=True)
-                if oid.startswith(prefix)}
+    from lancepart.spark.write import existing_tables
+
+    existing = existing_tables(ns.snapshot(), spec.namespace)
     plan = _WritePlan(ns.root, spec.to_json_string(), ns.schema.serialize().to_pybytes(), existing,
                       uuid.uuid4().hex, ns.manifest.storage_options, flush_rows, max_rows_per_file, max_retries,
                       started)
@@ -437,12 +435,10 @@ class LancepartStreamWriter(DataSourceStreamArrowWriter):
 
 def _existing_tables(plan: _WritePlan) -> dict[str, str]:
     from lancepart.namespace import PartitionedNamespace
+    from lancepart.spark.write import existing_tables
 
     ns = PartitionedNamespace.open(plan.root, storage_options=plan.so)
-    prefix = json.loads(plan.spec_json).get("id")
-    tables = ns.snapshot().table_pins()
-    return {oid: loc for oid, loc in zip(tables.column("object_id").to_pylist(), tables.column("location").to_pylist(),
-                                         strict=True) if oid.startswith(f"v{prefix}$")}
+    return existing_tables(ns.snapshot(), f"v{json.loads(plan.spec_json).get('id')}")
 
 
 # --------------------------------------------------------------------------- filters

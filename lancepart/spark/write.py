@@ -58,6 +58,16 @@ def job_location(job_id: str, object_id: str) -> str:
     return f"{hashlib.sha256(f'{job_id}/{object_id}'.encode()).hexdigest()[:8]}_{object_id}"
 
 
+def existing_tables(snap, spec_namespace: str) -> dict[str, str]:
+    """``{object_id: location}`` of the partition tables ``snap`` publishes under the spec
+    namespace ``spec_namespace`` (``v<N>``): where the tasks append; any other partition gets a
+    table of its own."""
+    tables = snap.table_pins()
+    prefix = spec_namespace + "$"
+    return {oid: loc for oid, loc in zip(tables.column("object_id").to_pylist(),
+                                         tables.column("location").to_pylist(), strict=True) if oid.startswith(prefix)}
+
+
 def _arrow_schema_of(df) -> pa.Schema:
     """The Arrow schema Spark hands to ``mapInArrow`` for ``df`` (TIMESTAMP carries the session zone)."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -197,11 +207,7 @@ def write(
         # of which computing the input into the cache the write reads next (the write's own cost
         # without a gate); the rest is the gate proper: collecting its columns and evaluating
         phases["expectations_input_s"] = round(report.input_seconds, 3)
-    tables = snap.table_pins()
-    prefix = spec.namespace + "$"
-    existing = {oid: loc for oid, loc in zip(tables.column("object_id").to_pylist(),
-                                             tables.column("location").to_pylist(), strict=True)
-                if oid.startswith(prefix)}
+    existing = existing_tables(snap, spec.namespace)
     job_id = uuid.uuid4().hex
     so = manifest.storage_options
     t = time.monotonic()
