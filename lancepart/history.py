@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import lance
+
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
 from lancepart.manifest import OPERATION_PROPERTY, PARTITIONS_PROPERTY, ROWS_PROPERTY, Manifest, ManifestSnapshot
 from lancepart.namespace import SPEC_KEY_PREFIX
@@ -62,9 +64,9 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _versions(manifest: Manifest) -> list[tuple[int, datetime]]:
-    """``(version, UTC time)`` of every retained ``__manifest`` version, oldest first."""
-    return sorted((int(v["version"]), _utc(v["timestamp"])) for v in manifest.dataset().versions())
+def _versions(ds: lance.LanceDataset) -> list[tuple[int, datetime]]:
+    """``(version, UTC time)`` of every retained version of ``__manifest`` (``ds``), oldest first."""
+    return sorted((int(v["version"]), _utc(v["timestamp"])) for v in ds.versions())
 
 
 def history(manifest: Manifest, limit: int | None = None) -> list[HistoryEntry]:
@@ -72,9 +74,8 @@ def history(manifest: Manifest, limit: int | None = None) -> list[HistoryEntry]:
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InvalidArgumentError(f"limit must be a positive integer, got {limit!r}")
     ds = manifest.dataset()
-    versions = sorted(((int(v["version"]), _utc(v["timestamp"])) for v in ds.versions()), reverse=True)
     out = []
-    for version, ts in versions[:limit]:
+    for version, ts in _versions(ds)[::-1][:limit]:
         try:
             tx = ds.read_transaction(version)
         except (OSError, ValueError):  # a transaction file another tool removed: the version stays listed
@@ -103,7 +104,7 @@ def snapshot_at(manifest: Manifest, *, version: int | None = None, as_of: dateti
     saying how far back time travel reaches."""
     if (version is None) == (as_of is None):
         raise InvalidArgumentError("give exactly one of version= and as_of=")
-    retained = _versions(manifest)
+    retained = _versions(manifest.dataset())
     oldest, newest = retained[0], retained[-1]
     reach = (f"time travel reaches back to __manifest version {oldest[0]} ({oldest[1].isoformat()}); "
              f"cleanup removed older versions")
