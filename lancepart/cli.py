@@ -13,6 +13,8 @@
     lancepart verify ROOT [--deep]
     lancepart drop-partitions ROOT --filter SQL [--dry-run]
     lancepart delete ROOT --filter SQL [--max-retries N]
+    lancepart history ROOT [--limit N]
+    lancepart rollback ROOT --version N [--max-retries N]
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -346,6 +348,25 @@ def _cmd_history(args: argparse.Namespace) -> Any:
             print(f"{e.version:>6}  {e.timestamp.isoformat(timespec='seconds')}  {e.operation}{extra}")
         return None
     return [e.to_dict() for e in entries]
+
+
+def _cmd_rollback(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    _Progress(args.quiet)(f"rolling {ns.root} back to __manifest version {args.version}")
+    result = ns.rollback(args.version, max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, **result.to_dict()}
+    d = result.details
+    if not result.partitions_touched:
+        print(f"{ns.root} already reads as version {args.version}: nothing published")
+        return None
+    for key in ("restored", "removed"):
+        for oid in d[key]:
+            print(f"  {key}: {oid}")
+    print(f"rolled {ns.root} back to version {args.version}: {len(d['restored'])} partition tables restored, "
+          f"{len(d['removed'])} removed, {len(d['undone_batch_ids'])} batch ids undone (a rerun publishes them "
+          f"again); manifest version {result.manifest_version}")
+    return None
 
 
 # --------------------------------------------------------------------------- ingest
@@ -734,6 +755,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "batch id, rows and partition tables a write published. Each is a snapshot that "
                          "PartitionedNamespace.open(root, version=N) reads; cleanup decides how far back they go.")
     hi.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest versions")
+
+    rb = add("rollback", "publish an older __manifest version's partition tables as a new version", _cmd_rollback,
+             description="Make the namespace read as __manifest version N did, in one commit: each partition "
+                         "table N pinned gets a new table version with exactly the fragments N read, tables N "
+                         "did not have leave __manifest. Specs and schema stay. Batch ids published after N are "
+                         "recorded as undone, so their reruns publish again. See `lancepart history`.")
+    rb.add_argument("--version", required=True, type=_positive_int, metavar="N", help="the version to go back to")
+    _max_retries(rb)
 
     ex = add("explain", "partitions kept and pruned per spec version for a filter", _cmd_explain)
     ex.add_argument("filter", metavar="FILTER", help="SQL filter over source columns")

@@ -623,6 +623,7 @@ class Manifest:
         max_delay: float = 2.0,
         what: str = "__manifest commit",
         transaction_properties: Mapping[str, str] | None = None,
+        properties_of: Callable[[T], Mapping[str, str]] | None = None,
     ) -> tuple[ManifestSnapshot, T, int]:
         """Optimistic read-modify-write: reload, ``mutate``, commit; on conflict back off and redo.
 
@@ -633,7 +634,8 @@ class Manifest:
         ``max_retries`` conflicts raises :class:`CommitConflictError` with nothing committed.
         Returns ``(snapshot after commit, value, retries)``. ``transaction_properties`` go with
         the commit (:meth:`commit`), with ``lancepart.operation`` = ``what`` unless they name one
-        (``ns.history()`` shows it).
+        (``ns.history()`` shows it); ``properties_of(value)`` adds the ones that depend on what
+        ``mutate`` found in the snapshot it ran on.
         """
         transaction_properties = {OPERATION_PROPERTY: what, **(transaction_properties or {})}
         for attempt in range(max_retries + 1):
@@ -642,10 +644,12 @@ class Manifest:
                 rows, value = mutate(snap)  # may raise ManifestConflict: what it built on is gone, rebase
                 if rows is None:
                     return snap, value, attempt
+                props = ({**transaction_properties, **properties_of(value)} if properties_of is not None
+                         else transaction_properties)
                 if isinstance(rows, ManifestChanges):
-                    new = self.commit_changes(snap, rows, transaction_properties)
+                    new = self.commit_changes(snap, rows, props)
                 else:
-                    new = self.commit(snap, rows, transaction_properties)
+                    new = self.commit(snap, rows, props)
                 self.maintain_indexes(new)
                 return new, value, attempt
             except ManifestConflict:

@@ -527,6 +527,21 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    def rollback(self, version: int, *, max_retries: int = 20) -> CommitResult:
+        """Publish the partition tables of ``__manifest`` version ``version`` as a new version:
+        the namespace reads as that snapshot did (:mod:`lancepart.maintenance.rollback`). Table
+        versions move forward to copies of the old ones; batch ids published since are recorded
+        as undone, so their reruns publish again. Specs and schema are not rolled back.
+
+        >>> # ns.rollback(ns.history()[3].version).details["undone_batch_ids"]
+        """
+        self._writable("rollback")
+        from lancepart.maintenance.rollback import rollback
+
+        result = rollback(self, version, max_retries=max_retries)
+        self.refresh()
+        return result
+
     def __repr__(self) -> str:
         from lancepart.redact import redact  # a root's URL userinfo is never shown
 

@@ -255,7 +255,8 @@ def test_lookup_is_exact_among_many_indexed_ids(ns):
     now = datetime.now(UTC)
     ids = [f"job:été:{i}:end" for i in range(n)]
     rows = pa.table({"batch_id": pa.array(ids), "manifest_version": pa.array([1] * n, pa.uint64()),
-                     "committed_at": pa.array([now] * n, pa.timestamp("us", tz="UTC"))}, schema=batches.INDEX_SCHEMA)
+                     "committed_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+                     "undone": pa.nulls(n, pa.bool_())}, schema=batches.INDEX_SCHEMA)
     lance.write_dataset(rows, f"{ns.root}/{batches.INDEX_DIR}", mode="append")
     snap = ns.manifest.snapshot()
     assert batches.find_batch(ns.manifest, "job:été:12345:end", snap).manifest_version == 1

@@ -67,10 +67,17 @@ MAX_BATCH_ID_BYTES = 4096  # a path (Linux PATH_MAX) plus a date fits: the DAG's
 INDEX_DIR = "_lancepart_batches"
 WATERMARK_KEY = "lancepart.indexed_through"  # index table metadata: every __manifest version <= N is indexed
 LEGACY_PREFIX = "lancepart.batch."  # ids recorded before the index existed (v<N> row properties)
+# transaction properties of a rollback commit (lancepart.maintenance.rollback): JSON lists of the ids
+# whose rows it removed (published before it, not in the snapshot it restored) and of the ids whose
+# rows it brought back (in that snapshot, undone since)
+UNDONE_PROPERTY = "lancepart.undone_batch_ids"
+REDONE_PROPERTY = "lancepart.redone_batch_ids"
 INDEX_SCHEMA = pa.schema([
     pa.field("batch_id", pa.utf8(), nullable=False),
     pa.field("manifest_version", pa.uint64(), nullable=False),
     pa.field("committed_at", pa.timestamp("us", tz="UTC")),
+    # True: a rollback at manifest_version removed the id's rows (NULL/False: published there)
+    pa.field("undone", pa.bool_()),
 ])
 COMPACT_AT_FRAGMENTS = 16  # the index is compacted (and its BTREE refreshed) beyond this many fragments
 _PARALLEL_READS = 8  # transaction files read on threads beyond this many
@@ -79,12 +86,15 @@ _PARALLEL_READS = 8  # transaction files read on threads beyond this many
 
 @dataclass(frozen=True)
 class BatchRecord:
-    """Where a batch id was published: its ``__manifest`` version and when."""
+    """Where a batch id was published: its ``__manifest`` version and when. ``undone``: the
+    record of a rollback at that version that removed the id's rows (the id counts as not
+    published until a later record says otherwise)."""
 
     batch_id: str
     manifest_version: int
     committed_at: datetime | None  # UTC; None for a legacy record without a time
     source: str  # "index", "transaction" or "legacy"
+    undone: bool = False
 
 
 def check_batch_id(batch_id: Any) -> str:
@@ -257,7 +267,54 @@ def _transactions(manifest: Manifest, first: int, last: int) -> list[tuple[int, 
         chunks = [versions[i::_PARALLEL_READS] for i in range(_PARALLEL_READS)]
         for part in map_threads(lambda vs: [read(v, manifest.dataset()) for v in vs], chunks):
             got += part
-    return [(v, p) for v, p in got if BATCH_ID_PROPERTY in p]
+    return [(v, p) for v, p in got if BATCH_ID_PROPERTY in p or UNDONE_PROPERTY in p or REDONE_PROPERTY in p]
+
+
+def _records(version: int, props: Mapping[str, str]) -> list[BatchRecord]:
+    """The batch id records of one ``__manifest`` commit: the id a publish published, or the ids
+    a rollback undid and redid."""
+    at = _parse_time(props.get(COMMITTED_AT_PROPERTY))
+    out = []
+    if BATCH_ID_PROPERTY in props:
+        out.append(BatchRecord(props[BATCH_ID_PROPERTY], version, at, "transaction"))
+    for key, undone in ((UNDONE_PROPERTY, True), (REDONE_PROPERTY, False)):
+        if key in props:
+            try:
+                listed = json.loads(props[key])
+            except ValueError as e:
+                raise CorruptNamespaceError(f"__manifest version {version}: transaction property {key} is not a "
+                                            f"JSON list: {e}") from None
+            out.extend(BatchRecord(b, version, at, "transaction", undone) for b in listed)
+    return out
+
+
+def _index_records(ds: lance.LanceDataset, filter: Any = None) -> list[BatchRecord]:
+    cols = ["batch_id", "manifest_version", "committed_at"] + (["undone"] if "undone" in ds.schema.names else [])
+    rows = ds.to_table(columns=cols, filter=filter).to_pylist()
+    return [BatchRecord(r["batch_id"], int(r["manifest_version"]), r["committed_at"], "index", bool(r.get("undone")))
+            for r in rows]
+
+
+def all_records(manifest: Manifest, upto: int) -> list[BatchRecord]:
+    """Every batch id record (publishes, and rollbacks' undo and redo) of the ``__manifest``
+    versions up to ``upto`` that the index or the transactions after its watermark hold."""
+    ds = _open_index(manifest)
+    found = [r for r in _index_records(ds) if r.manifest_version <= upto] if ds is not None else []
+    for v, props in _transactions(manifest, _watermark(ds) + 1, upto):
+        found.extend(_records(v, props))
+    return found
+
+
+def published_at(records: list[BatchRecord], version: int) -> dict[str, BatchRecord]:
+    """batch id -> its record, for the ids published in the namespace as of ``__manifest``
+    version ``version`` (the latest record of each up to it is not an undo)."""
+    latest: dict[str, BatchRecord] = {}
+    for r in records:
+        if r.manifest_version <= version:
+            have = latest.get(r.batch_id)
+            if have is None or r.manifest_version > have.manifest_version:
+                latest[r.batch_id] = r
+    return {b: r for b, r in latest.items() if not r.undone}
 
 
 def find_batch(manifest: Manifest, batch_id: str, snap: ManifestSnapshot) -> BatchRecord | None:
@@ -271,18 +328,16 @@ def find_batch(manifest: Manifest, batch_id: str, snap: ManifestSnapshot) -> Bat
     found: list[BatchRecord] = []
     ds = _open_index(manifest)
     if ds is not None:
-        hits = ds.to_table(columns=["manifest_version", "committed_at"], filter=pc.field("batch_id") == batch_id)
-        if hits.num_rows:
-            i = pc.index(hits.column("manifest_version"), pc.max(hits.column("manifest_version"))).as_py()
-            row = hits.slice(i, 1).to_pylist()[0]
-            found.append(BatchRecord(batch_id, int(row["manifest_version"]), row["committed_at"], "index"))
-    if not found:
-        for v, props in _transactions(manifest, _watermark(ds) + 1, snap.version):
-            if props[BATCH_ID_PROPERTY] == batch_id:
-                found.append(BatchRecord(batch_id, v, _parse_time(props.get(COMMITTED_AT_PROPERTY)), "transaction"))
+        found += _index_records(ds, pc.field("batch_id") == batch_id)
+    # also when the index knows the id: a rollback after the watermark may have undone it
+    found += [r for v, props in _transactions(manifest, _watermark(ds) + 1, snap.version)
+              for r in _records(v, props) if r.batch_id == batch_id]
     if not found and (legacy := _legacy(snap, batch_id)) is not None:
         found.append(legacy)
-    return max(found, key=lambda r: r.manifest_version) if found else None
+    if not found:
+        return None
+    latest = max(found, key=lambda r: r.manifest_version)
+    return None if latest.undone else latest
 
 
 # ---------------------------------------------------------------------------- index maintenance
@@ -300,12 +355,12 @@ def index_batches(manifest: Manifest, upto: int | None = None) -> int:
         upto = manifest.dataset().version
     if have >= upto:
         return have
-    found = _transactions(manifest, have + 1, upto)
+    found = [r for v, props in _transactions(manifest, have + 1, upto) for r in _records(v, props)]
     rows = pa.table({
-        "batch_id": pa.array([p[BATCH_ID_PROPERTY] for _, p in found], pa.utf8()),
-        "manifest_version": pa.array([v for v, _ in found], pa.uint64()),
-        "committed_at": pa.array([_parse_time(p.get(COMMITTED_AT_PROPERTY)) for _, p in found],
-                                 pa.timestamp("us", tz="UTC")),
+        "batch_id": pa.array([r.batch_id for r in found], pa.utf8()),
+        "manifest_version": pa.array([r.manifest_version for r in found], pa.uint64()),
+        "committed_at": pa.array([r.committed_at for r in found], pa.timestamp("us", tz="UTC")),
+        "undone": pa.array([r.undone for r in found], pa.bool_()),
     }, schema=INDEX_SCHEMA)
     uri, so = index_uri(manifest), manifest.storage_options
     lock = commit_lock(uri, so)
@@ -319,9 +374,10 @@ def index_batches(manifest: Manifest, upto: int | None = None) -> int:
             if "exist" not in str(e).lower() or (ds := _open_index(manifest)) is None:
                 raise
             if rows.num_rows:
-                ds = lance.write_dataset(rows, ds, mode="append", storage_options=so, commit_lock=lock)
+                ds = _append(manifest, ds, rows)
     elif rows.num_rows:
-        ds = lance.write_dataset(rows, ds, mode="append", storage_options=so, commit_lock=lock)
+        ds = _append(manifest, ds, rows)
+
     def move_watermark() -> lance.LanceDataset | None:
         latest = _open_index(manifest)
         if latest is not None and _watermark(latest) < upto:  # another indexer may have gone further meanwhile
@@ -332,6 +388,23 @@ def index_batches(manifest: Manifest, upto: int | None = None) -> int:
     if latest is not None and len(latest.get_fragments()) > COMPACT_AT_FRAGMENTS:
         _compact(latest)
     return upto
+
+
+def _append(manifest: Manifest, ds: lance.LanceDataset, rows: pa.Table) -> lance.LanceDataset:
+    """Append index rows. An index made before rollbacks existed has no ``undone`` column: rows
+    that undo nothing go in without it (Lance fills NULL); the first undo adds the column."""
+    uri, so = index_uri(manifest), manifest.storage_options
+    if "undone" not in ds.schema.names:
+        if not pc.any(rows.column("undone")).as_py():
+            rows = rows.drop_columns(["undone"])
+        else:
+            def add() -> lance.LanceDataset:
+                latest = _open_index(manifest) or ds
+                if "undone" not in latest.schema.names:
+                    latest.add_columns(INDEX_SCHEMA.field("undone"))
+                return _open_index(manifest) or latest
+            ds = _on_conflict_retry(add)
+    return lance.write_dataset(rows, ds, mode="append", storage_options=so, commit_lock=commit_lock(uri, so))
 
 
 def _on_conflict_retry(fn: Callable[[], T], attempts: int = 20) -> T:

@@ -1,0 +1,213 @@
+"""Rollback: publish the partition tables of an older ``__manifest`` version as a new version.
+
+``ns.rollback(N)`` makes the namespace read as snapshot N did, in ONE ``__manifest`` commit
+(docs/history.md "Rollback"):
+
+* a partition table that N pinned at version V and that now reads otherwise gets a new table
+  version whose fragments are exactly V's (``Restore(V)`` on its latest version, then foreign
+  fragments removed: :func:`lancepart.write.tables.commit_exactly`), and ``read_version`` moves
+  *forward* to it, so published table versions only ever increase and a writer holding the
+  old ``read_version`` rebases as after any publish;
+* a partition table N did not have (created, or first published, after N) leaves
+  ``__manifest`` as ``drop_partitions`` removes it; a reservation without a published version
+  (a writer running now) stays;
+* a partition table N had but that was dropped since comes back with N's row;
+* rows that are not partition tables (a foreign tool's root-level tables) are left alone, and so
+  are the partition specs and the schema: they only ever grow, and every table N pinned is
+  readable under them.
+
+Batch ids (docs/exactly-once.md): the ids published after N whose rows the rollback removes are
+recorded as *undone* in the rollback's own commit, and ids N had published but a later rollback
+undid as *redone*; the exactly-once check then lets a rerun of an undone batch publish again and
+skips a redone one. The record is part of the commit, so it holds exactly when the rollback is
+published.
+
+Conflicts: the commit is optimistic and its mutation is a pure function of the snapshot; on a
+conflict it is recomputed on the new one (a publish that landed first is rolled back too, and
+its batch id undone). A table version made for an earlier attempt is kept while the table's
+``read_version`` did not move. A kill before the ``__manifest`` commit leaves table versions no
+snapshot pins, which cleanup removes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+from lance import LanceOperation
+
+from lancepart import ids as _ids
+from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
+from lancepart.history import snapshot_at
+from lancepart.maintenance.drop import _without
+from lancepart.manifest import ManifestSnapshot, is_not_found, join_uri, set_read_versions
+from lancepart.parallel import map_threads
+from lancepart.results import CommitResult
+from lancepart.write import batches, faults
+from lancepart.write.tables import _ident, commit_exactly
+
+if TYPE_CHECKING:
+    from lancepart.namespace import PartitionedNamespace
+
+log = logging.getLogger("lancepart.maintenance")
+ROLLBACK_TO_PROPERTY = "lancepart.rollback_to"  # transaction property: the version a rollback restored
+_PIN_COLUMNS = ("read_version", "read_branch", "read_tag")
+
+
+def _partition_tables(rows: pa.Table) -> dict[str, dict[str, Any]]:
+    """object_id -> row of every partition table row (``v<N>$...$dataset``)."""
+    from lancepart.namespace import _partition_spec_id
+
+    out = {}
+    cols = rows.select(["object_id", "object_type", "location", *_PIN_COLUMNS]).to_pylist()
+    for i, r in enumerate(cols):
+        if r["object_type"] == "table" and _partition_spec_id(r["object_id"]) is not None:
+            out[r["object_id"]] = {**r, "_row": i}
+    return out
+
+
+def _pins(row: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """What a row makes readers read; None for no row or a reservation that pins nothing."""
+    if row is None or all(row[c] is None for c in _PIN_COLUMNS):
+        return None
+    return tuple(row[c] for c in _PIN_COLUMNS)
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` (of an older ``__manifest`` version) in ``schema``: partition columns added by a
+    later spec evolution are NULL in them."""
+    return pa.Table.from_arrays([rows.column(f.name).cast(f.type) if f.name in rows.column_names
+                                 else pa.nulls(rows.num_rows, f.type) for f in schema], schema=schema)
+
+
+def restore_table(root: str, location: str, version: int, storage_options: Mapping[str, str] | None) -> int:
+    """Commit, on the latest version of the table at ``location``, a version whose fragments are
+    exactly those of ``version``; return it (always newer than every existing version)."""
+    uri = join_uri(root, location)
+    so = dict(storage_options) if storage_options else None
+    try:
+        old = lance.dataset(uri, version=version, storage_options=so)
+    except (OSError, ValueError) as e:
+        if is_not_found(e):
+            raise SnapshotExpiredError(f"partition table {location} version {version} is gone (a cleanup removed it); "
+                                       f"the rollback cannot restore it; nothing was published") from e
+        raise
+    wanted = {_ident(f.metadata) for f in old.get_fragments()}
+
+    def update(have: Mapping[Any, int]) -> LanceOperation.Update:
+        return LanceOperation.Update(removed_fragment_ids=[fid for ident, fid in have.items() if ident not in wanted])
+
+    made = commit_exactly(uri, version, wanted, wanted, update, so, f"partition table {location} (rollback)")
+    faults.checkpoint("after_table_commit")
+    return made
+
+
+def rollback(ns: PartitionedNamespace, version: int, *, max_retries: int = 20) -> CommitResult:
+    """Publish snapshot ``version`` of ``__manifest`` as a new version (module docstring)."""
+    started = time.monotonic()
+    manifest = ns.manifest
+    target = snapshot_at(manifest, version=version)  # typed errors for a version that is not there
+    target_time = next((ts for v, ts in ((int(x["version"]), x["timestamp"]) for x in manifest.dataset().versions())
+                        if v == version), None)
+    retention = batches.batch_id_retention(manifest.dataset().metadata)
+    if target_time is not None:
+        at = target_time.replace(tzinfo=UTC) if target_time.tzinfo is None else target_time
+        if at < datetime.now(UTC) - retention:
+            raise InvalidArgumentError(
+                f"rollback to version {version} of {ns.root}: it was committed at {at.isoformat()}, longer ago than "
+                f"the batch id retention ({retention}); batch ids published before it may be forgotten, so the "
+                f"rollback could not tell which reruns to allow; raise lancepart.batch_id_retention or choose a "
+                f"later version")
+    wanted = _partition_tables(target.rows)
+    done: dict[str, tuple[Any, int]] = {}  # object_id -> (its pins when committed, the table version made)
+
+    def mutate(snap: ManifestSnapshot) -> tuple[pa.Table | None, dict[str, Any]]:
+        rows = snap.rows
+        have = _partition_tables(rows)
+        restore, repin, bring_back = [], [], []
+        for oid, want in wanted.items():
+            now = have.get(oid)
+            if _pins(want) is None or _pins(now) == _pins(want):
+                continue
+            if want["read_branch"] is not None or want["read_tag"] is not None:
+                repin.append(oid)  # N pinned a branch or tag: its row as it was, no table commit
+            else:
+                restore.append(oid)
+            if now is None:
+                bring_back.append(oid)
+        remove = [oid for oid, now in have.items() if _pins(now) is not None and _pins(wanted.get(oid)) is None]
+        info: dict[str, Any] = {"rolled_back_to": version, "restored": sorted(restore + repin),
+                                "removed": sorted(remove), "brought_back": sorted(bring_back)}
+        if not restore and not repin and not remove:
+            return None, {**info, "undone": [], "redone": []}
+        todo = [oid for oid in restore
+                if oid not in done or done[oid][0] != _pins(have.get(oid)) or done[oid][1] <= (
+                    (have.get(oid) or {}).get("read_version") or 0)]
+        made = map_threads(lambda oid: restore_table(ns.root, wanted[oid]["location"], wanted[oid]["read_version"],
+                                                     manifest.storage_options), todo)
+        for oid, v in zip(todo, made, strict=True):
+            done[oid] = (_pins(have.get(oid)), v)
+        faults.checkpoint("after_table_commits")
+        # the new rows: removed tables (and the namespaces they leave empty) out, restored ones moved
+        kept, _ = _without(snap, [have[o]["_row"] for o in remove])
+        moved = {o: done[o][1] for o in restore if o in have}
+        if moved:
+            kept = set_read_versions(kept, moved)
+        # N's rows of tables re-pinned to a branch or tag or brought back, and of the namespaces
+        # above one brought back that are not there now
+        present = set(kept.column("object_id").to_pylist())
+        from_target = [o for o in repin + bring_back if o not in moved]
+        ancestors = {_ids.DELIMITER.join(o.split(_ids.DELIMITER)[:k]) for o in bring_back
+                     for k in range(2, len(o.split(_ids.DELIMITER)))} - present
+        t_index = {o: i for i, o in enumerate(target.rows.column("object_id").to_pylist())}
+        if repin:
+            kept = kept.filter(pa.array(np.isin(np.array(kept.column("object_id").to_pylist(), dtype=object),
+                                                np.array(repin, dtype=object), invert=True)))
+        added = target.rows.take(pa.array([t_index[o] for o in from_target]
+                                          + [t_index[a] for a in sorted(ancestors) if a in t_index], pa.int64()))
+        added = set_read_versions(added, {o: done[o][1] for o in bring_back if o in done})
+        new_rows = pa.concat_tables([kept, _conform(added, kept.schema)])
+        undone, redone = batch_changes(manifest, version, snap.version)
+        faults.checkpoint("before_manifest_commit")
+        return new_rows, {**info, "undone": undone, "redone": redone}
+
+    def properties(info: Mapping[str, Any]) -> dict[str, str]:
+        props = {ROLLBACK_TO_PROPERTY: str(version),
+                 batches.COMMITTED_AT_PROPERTY: datetime.now(UTC).isoformat()}
+        if info["undone"]:
+            props[batches.UNDONE_PROPERTY] = json.dumps(info["undone"], ensure_ascii=False)
+        if info["redone"]:
+            props[batches.REDONE_PROPERTY] = json.dumps(info["redone"], ensure_ascii=False)
+        return props
+
+    what = f"rollback to {version}"
+    snap, info, retries = manifest.update(mutate, max_retries=max_retries, what=what, properties_of=properties)
+    published = bool(info["restored"] or info["removed"])
+    if published and (info["undone"] or info["redone"] or batches.index_exists(manifest)):
+        faults.checkpoint("after_manifest_commit")
+        batches.index_quietly(manifest, snap.version)
+    result = CommitResult(
+        manifest_version=snap.version, partitions_touched=len(info["restored"]) + len(info["removed"]),
+        retries=retries, seconds=round(time.monotonic() - started, 3),
+        details={"rolled_back_to": version, "restored": info["restored"], "removed": info["removed"],
+                 "brought_back": info["brought_back"], "undone_batch_ids": info["undone"],
+                 "redone_batch_ids": info["redone"]})
+    log.info("%s %s: %d partition tables restored, %d removed, %d batch ids undone, %d redone (manifest version %d)",
+             ns.root, what, len(info["restored"]), len(info["removed"]), len(info["undone"]), len(info["redone"]),
+             snap.version)
+    return result
+
+
+def batch_changes(manifest: Any, version: int, upto: int) -> tuple[list[str], list[str]]:
+    """The batch ids published as of ``__manifest`` version ``upto`` but not as of ``version``
+    (a rollback to ``version`` undoes them), and the other way round (it redoes them)."""
+    records = batches.all_records(manifest, upto)
+    then, now = batches.published_at(records, version), batches.published_at(records, upto)
+    return sorted(set(now) - set(then)), sorted(set(then) - set(now))
