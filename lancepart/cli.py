@@ -549,6 +549,9 @@ def _cmd_cleanup(args: argparse.Namespace) -> Any:
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {stats.versions_removed} versions and {stats.files_removed} files "
           f"({_human_bytes(stats.bytes_removed)}) in {stats.tables_scanned} tables of {ns.root}")
+    if stats.time_travel_from_version is not None:
+        print(f"time travel {'would reach' if args.dry_run else 'reaches'} back to __manifest version "
+              f"{stats.time_travel_from_version} ({stats.time_travel_from})")
     for e in stats.errors:
         print(f"  left: {e}")
     return None

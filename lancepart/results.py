@@ -70,6 +70,10 @@ class CleanupStats:
     errors: tuple[str, ...] = ()
     seconds: float = 0.0
     skipped: tuple[str, ...] = ()
+    # how far back time travel reaches after this cleanup (a dry run: would reach): the oldest
+    # __manifest version left and its commit time (ISO 8601 UTC); None if it could not be listed
+    time_travel_from_version: int | None = None
+    time_travel_from: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -148,10 +148,14 @@ def test_cleanup_sets_how_far_back_time_travel_reaches(written):
     """Versions a cleanup removed are a SnapshotExpiredError that says which version is the
     oldest left; every version history still lists opens and reads like plain pylance."""
     root = written.root
-    written.cleanup(older_than=timedelta(0), allow_short_retention=True)
+    dry = written.cleanup(older_than=timedelta(0), dry_run=True, allow_short_retention=True)
+    stats = written.cleanup(older_than=timedelta(0), allow_short_retention=True)
     left = written.history()
     oldest = left[-1].version
     assert oldest > 1
+    # the cleanup says how far back time travel reaches now (the dry run: would reach)
+    assert stats.time_travel_from_version == dry.time_travel_from_version == oldest
+    assert stats.time_travel_from == left[-1].timestamp.isoformat()
     with pytest.raises(SnapshotExpiredError, match=f"version=1 of .* is gone: time travel reaches back to "
                                                    f"__manifest version {oldest} "):
         PartitionedNamespace.open(root, version=1)

@@ -127,7 +127,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import Any
 
 import lance
@@ -404,7 +404,23 @@ class _Run:
             return
         self.manifest_removable = _removable(versions, self.cutoff, _tag_versions(ds).values())
         gone = set(self.manifest_removable)
+        self.manifest_left = sorted((int(v["version"]), v["timestamp"]) for v in versions
+                                    if int(v["version"]) not in gone)
         self._read_pins(int(v["version"]) for v in versions if int(v["version"]) not in gone)
+
+    def time_travel_reach(self) -> dict[str, Any]:
+        """The oldest ``__manifest`` version left (a dry run: that would be left) and its time."""
+        left = getattr(self, "manifest_left", None)
+        if not self.dry_run:
+            try:
+                left = sorted((int(v["version"]), v["timestamp"]) for v in self.manifest.dataset().versions())
+            except (OSError, ValueError, RuntimeError):
+                left = None
+        if not left:
+            return {}
+        version, ts = left[0]
+        ts = ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+        return {"time_travel_from_version": version, "time_travel_from": ts.isoformat()}
 
     # ------------------------------------------------------------------ one table
     def _file_cutoff(self, location: str) -> float:
@@ -755,6 +771,7 @@ def cleanup(
         orphan_files_removed=total.orphan_files, orphan_dirs_removed=total.orphan_dirs,
         removed=tuple(sorted(total.removed)), errors=tuple(total.errors),
         seconds=round(time.monotonic() - started, 3), skipped=tuple(sorted(set(total.skipped))),
+        **run.time_travel_reach(),
     )
     log.info("cleanup %s%s: %d versions, %d files, %d bytes, %d tables, %d unreferenced directories%s",
              root_s, " (dry run)" if dry_run else "", stats.versions_removed, stats.files_removed,
