@@ -343,8 +343,9 @@ def _cmd_history(args: argparse.Namespace) -> Any:
     entries = _open(args).history(args.limit)
     if not args.json:
         for e in entries:
-            extra = "".join(f" {k}={v}" for k, v in (("batch_id", e.batch_id), ("rows", e.rows_written),
-                                                        ("partitions", e.partitions_touched)) if v is not None)
+            fields = (("batch_id", e.batch_id), ("rows", e.rows_written), ("rows_removed", e.rows_removed),
+                      ("partitions", e.partitions_touched))
+            extra = "".join(f" {k}={v}" for k, v in fields if v is not None)
             print(f"{e.version:>6}  {e.timestamp.isoformat(timespec='seconds')}  {e.operation}{extra}")
         return None
     return [e.to_dict() for e in entries]

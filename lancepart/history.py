@@ -24,7 +24,14 @@ from typing import Any
 import lance
 
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
-from lancepart.manifest import OPERATION_PROPERTY, PARTITIONS_PROPERTY, ROWS_PROPERTY, Manifest, ManifestSnapshot
+from lancepart.manifest import (
+    OPERATION_PROPERTY,
+    PARTITIONS_PROPERTY,
+    ROWS_PROPERTY,
+    ROWS_REMOVED_PROPERTY,
+    Manifest,
+    ManifestSnapshot,
+)
 from lancepart.namespace import SPEC_KEY_PREFIX
 from lancepart.write.batches import BATCH_ID_PROPERTY
 
@@ -44,6 +51,7 @@ class HistoryEntry:
     batch_id: str | None = None
     rows_written: int | None = None  # a publish's rows (None when the commit did not record it)
     partitions_touched: int | None = None
+    rows_removed: int | None = None  # of a delete (None when the commit did not record it)
     properties: dict[str, str] = field(default_factory=dict)  # every transaction property
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +100,8 @@ def history(manifest: Manifest, limit: int | None = None) -> list[HistoryEntry]:
             op = "unknown"
         out.append(HistoryEntry(version=version, timestamp=ts, operation=op, batch_id=props.get(BATCH_ID_PROPERTY),
                                 rows_written=_int(props.get(ROWS_PROPERTY)),
-                                partitions_touched=_int(props.get(PARTITIONS_PROPERTY)), properties=props))
+                                partitions_touched=_int(props.get(PARTITIONS_PROPERTY)),
+                                rows_removed=_int(props.get(ROWS_REMOVED_PROPERTY)), properties=props))
     return out
 
 

@@ -192,6 +192,7 @@ class SnapshotGone(ManifestConflict, SnapshotExpiredError):
 OPERATION_PROPERTY = "lancepart.operation"
 ROWS_PROPERTY = "lancepart.rows"  # of a publish: the rows it published
 PARTITIONS_PROPERTY = "lancepart.partitions"  # of a publish: the partition tables it touched
+ROWS_REMOVED_PROPERTY = "lancepart.rows_removed"  # of a delete (or merge): the rows it removed
 
 # An incremental commit rewrites the fragment the previous commit wrote (the *tail*) with its
 # changes while the tail has at most this many rows; a longer tail is left in place (touched,

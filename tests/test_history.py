@@ -66,6 +66,17 @@ def test_history_lists_every_commit_newest_first_with_what_it_did(written):
         written.history(limit=0)
 
 
+def test_a_delete_records_the_rows_it_removed(written, capsys):
+    """Issue item 5: history shows rows added and removed; a delete's commit records its count."""
+    result = written.delete("id % 2 = 0")
+    top = written.history(limit=1)[0]
+    assert top.operation == "delete" and top.version == result.manifest_version
+    assert top.rows_removed == result.details["rows_deleted"] > 0
+    assert top.partitions_touched == result.partitions_touched
+    assert main(["history", written.root, "--limit", "1"]) == 0
+    assert f"delete rows_removed={top.rows_removed} partitions={top.partitions_touched}" in capsys.readouterr().out
+
+
 def test_open_version_reads_that_snapshot_like_plain_pylance(written):
     """Each retained version, opened read-only, reads exactly what that ``__manifest`` version
     pins, also after later commits (a time-travel handle is not moved by writers)."""

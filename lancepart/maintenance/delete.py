@@ -44,6 +44,8 @@ from lancepart.errors import (
 )
 from lancepart.ids import check_location
 from lancepart.manifest import (
+    PARTITIONS_PROPERTY,
+    ROWS_REMOVED_PROPERTY,
     Manifest,
     ManifestSnapshot,
     join_uri,
@@ -281,7 +283,10 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
         faults.checkpoint("before_manifest_commit")
         return snap.read_version_changes({d.object_id: d.version for d in applied}), applied
 
-    snap, applied, retries = manifest.update(mutate, max_retries=max_retries, what="delete")
+    snap, applied, retries = manifest.update(
+        mutate, max_retries=max_retries, what="delete",
+        properties_of=lambda applied: {ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in applied)),
+                                       PARTITIONS_PROPERTY: str(len(applied))})
     if applied:
         faults.checkpoint("after_manifest_commit")
         manifest.protect(snap.metadata)
