@@ -290,3 +290,28 @@ def test_search_text_matches_expected_rows(ns, data, filter):
     top = ns.search_text("body", "mountain", k=7, filter=filter, columns=["id"])
     assert top.column_names == ["id", "_score"] and top.num_rows == min(7, mask.sum())
     assert top.column("_score").to_pylist() == got.column("_score").to_pylist()[:top.num_rows]
+
+
+# ----------------------------------------------------------------------------- Spark
+def test_lps_search_equals_ns_search(spark, ns, data):
+    """lps.search on local[2]: one result set per query row, each equal to ns.search for that
+    query (rows, order, distances), with a filter and mixed indexed / flat tables."""
+    from lancepart import spark as lps
+
+    publish_versions(ns, lambda info, ds: _ivf(info, ds) if info.values["tenant"] in TENANTS[:3] else False)
+    qs = {100 + i: query(300 + i) for i in range(4)}
+    qdf = spark.createDataFrame([(qid, q.tolist()) for qid, q in qs.items()], "qid long, query array<float>")
+    for filter in [None, "g IN (1, 2) AND tenant <> 't9'"]:
+        got = lps.search(spark, ns.root, qdf, "v", k=7, filter=filter, id_column="qid", columns=["id", "tenant"],
+                         nprobes=2).toArrow()
+        assert got.column_names == ["qid", "rank", "id", "tenant", "_distance"]
+        for qid, q in qs.items():
+            mine = got.filter(pa.compute.equal(got.column("qid"), qid)).sort_by("rank")
+            want = ns.search("v", q, k=7, filter=filter, columns=["id", "tenant"], nprobes=2)
+            assert mine.column("rank").to_pylist() == list(range(1, 8))
+            assert mine.column("id").to_pylist() == want.column("id").to_pylist()
+            np.testing.assert_allclose(mine.column("_distance").to_numpy(), want.column("_distance").to_numpy(),
+                                       rtol=1e-6)
+    # no id column: query_id is added; a filter pruning everything gives no rows
+    assert set(lps.search(spark, ns.root, qdf.select("query"), "v", k=2).columns) >= {"query_id", "rank"}
+    assert lps.search(spark, ns.root, qdf, "v", k=2, filter="tenant = 'none'").count() == 0

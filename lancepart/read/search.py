@@ -169,9 +169,15 @@ def search_table(plan: SearchPlan, info: PartitionInfo, query: np.ndarray, k: in
                  params: Mapping[str, Any]) -> pa.Table:
     """The top ``k`` rows of one partition table at its published version for vector ``query``:
     ``plan.read_schema`` columns, ``_distance`` and ``_rowid``, best first."""
+    return search_dataset(plan, info, open_published(plan.root, info, plan.storage_options), query, k, params)
+
+
+def search_dataset(plan: SearchPlan, info: PartitionInfo, ds: lance.LanceDataset | None, query: np.ndarray,
+                   k: int, params: Mapping[str, Any]) -> pa.Table:
+    """:func:`search_table` on ``ds``, the table ``info`` already opened at its published version
+    (None: declared only, no rows); several queries on one table open it once."""
     extra = [pa.field(DISTANCE, pa.float32()), pa.field(ROW_ID, pa.uint64())]
     empty = pa.schema(list(plan.read_schema) + extra).empty_table()
-    ds = open_published(plan.root, info, plan.storage_options)
     if ds is None or plan.column not in ds.schema.names:  # declared only / written before the column existed
         return empty
     cols = [c for c in plan.read_schema.names if c in ds.schema.names]
