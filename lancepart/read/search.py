@@ -234,24 +234,26 @@ def merge_top_k(tables: Sequence[pa.Table], k: int, by: str, descending: bool = 
 
 
 # ----------------------------------------------------------------------------- namespace level
-def resolve_metric(plan: SearchPlan, infos: Sequence[PartitionInfo], requested: str | None) -> str:
+def open_tables(plan: SearchPlan, infos: Sequence[PartitionInfo]) -> list[lance.LanceDataset | None]:
+    """Every table of ``infos`` at its published version (None: declared only), opened in parallel."""
+    return map_threads(lambda info: open_published(plan.root, info, plan.storage_options), infos)
+
+
+def resolve_metric(column: str, infos: Sequence[PartitionInfo], datasets: Sequence[lance.LanceDataset | None],
+                   requested: str | None) -> str:
     """The metric every table is searched with: ``requested``, else the metric of the vector
-    indexes on the column (they must agree), else ``l2``. A table whose index uses another
+    indexes on ``column`` (they must agree), else ``l2``. A table whose index uses another
     metric than the one passed is searched flat by Lance (exact, slower)."""
     if requested is not None:
         return requested
-
-    def metric_of(info: PartitionInfo) -> str | None:
-        ds = open_published(plan.root, info, plan.storage_options)
-        return None if ds is None or plan.column not in ds.schema.names else _index_metric(ds, plan.column)
-
     found: dict[str, list[str]] = {}
-    for info, m in zip(infos, map_threads(metric_of, infos), strict=True):
+    for info, ds in zip(infos, datasets, strict=True):
+        m = None if ds is None or column not in ds.schema.names else _index_metric(ds, column)
         if m is not None:
             found.setdefault(m, []).append(info.object_id)
     if len(found) > 1:
         detail = "; ".join(f"{m}: {ids[:3]}" for m, ids in sorted(found.items()))
-        raise InvalidArgumentError(f"the vector indexes on column {plan.column!r} use different metrics ({detail}); "
+        raise InvalidArgumentError(f"the vector indexes on column {column!r} use different metrics ({detail}); "
                                    f"distances would not be comparable: pass metric= explicitly")
     return next(iter(found), "l2")
 
@@ -273,8 +275,10 @@ def search(ns: Any, column: str, query: Any, k: int = 10, filter: str | None = N
     parts, filter, scan_filter = ns.scan_plan(filter)
     cols, read_schema = _read_schema(schema, columns, filter)
     plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options)
-    params["metric"] = resolve_metric(plan, parts, params.get("metric"))
-    found = map_threads(lambda info: search_table(plan, info, q, k, params), parts)
+    datasets = open_tables(plan, parts)  # once: for the metric and for the search
+    params["metric"] = resolve_metric(column, parts, datasets, params.get("metric"))
+    found = map_threads(lambda pair: search_dataset(plan, pair[0], pair[1], q, k, params),
+                        list(zip(parts, datasets, strict=True)))
     if not found:
         found = [pa.schema([*read_schema, pa.field(DISTANCE, pa.float32()),
                             pa.field(ROW_ID, pa.uint64())]).empty_table()]

@@ -113,7 +113,8 @@ def search(spark, root: str, queries, column: str, k: int = 10, filter: str | No
         raise InvalidArgumentError(f"the result columns {cols} clash with id_column {id_column!r} or {RANK!r}: "
                                    f"choose another id_column or fewer columns")
     plan = _search.SearchPlan(ns.root, column, read_schema, filter, scan_filter)
-    params["metric"] = _search.resolve_metric(plan, parts, params.get("metric"))
+    if params.get("metric") is None:
+        params["metric"] = _search.resolve_metric(column, parts, _search.open_tables(plan, parts), None)
 
     id_field = queries.schema[id_column]
     row_struct = spark_schema(pa.schema([schema.field(c) for c in cols]))
