@@ -3,7 +3,7 @@
 Builds ``--rows`` random vectors (``--dim``, default 128; drawn around ``--clusters`` centres so
 an IVF index has structure to find, as real embeddings do) spread over ``--partitions``
 partitions (identity on ``tenant``), and the same rows as ONE unpartitioned Lance table. Every
-table gets the same kind of vector index (``--index``, IVF partitions ~ sqrt(rows of the table)).
+table gets the same kind of vector index (``--index``, one IVF list per 4096 rows of the table).
 Then, for ``--queries`` query vectors, rounds interleaved (each query runs every method in turn):
 
 * filtered, one partition:  ``ns.search(..., filter="tenant = 'pNNN'")``  vs the unpartitioned
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import statistics
 import tempfile
@@ -41,6 +40,8 @@ from lancepart import PartitionedNamespace
 from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
 
+ROWS_PER_LIST = 4096
+
 
 def make_data(rows: int, partitions: int, dim: int, clusters: int, seed: int = 0) -> tuple[pa.Table, np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -53,7 +54,9 @@ def make_data(rows: int, partitions: int, dim: int, clusters: int, seed: int = 0
 
 
 def index_params(index: str, rows: int, dim: int) -> dict:
-    p = {"num_partitions": max(1, int(math.sqrt(rows))), "metric": "l2"}
+    # the same list size everywhere (~4096 rows per IVF list), so a partition table and the
+    # unpartitioned table get the "same index"
+    p = {"num_partitions": max(1, rows // ROWS_PER_LIST), "metric": "l2"}
     if "PQ" in index:
         p["num_sub_vectors"] = max(1, dim // 8)
     return p
@@ -100,7 +103,7 @@ def build_partition_indexes_spark(root: str, index: str, dim: int) -> float:
             p = _json.loads(params)
             ds = _lance.dataset(uri, version=version)
             rows = ds.count_rows()
-            kw = {"num_partitions": max(1, int(rows ** 0.5)), "metric": "l2"}
+            kw = {"num_partitions": max(1, rows // 4096), "metric": "l2"}
             if "PQ" in p["index"]:
                 kw["num_sub_vectors"] = max(1, p["dim"] // 8)
             ds.create_index("v", p["index"], **kw)

@@ -315,3 +315,18 @@ def test_lps_search_equals_ns_search(spark, ns, data):
     # no id column: query_id is added; a filter pruning everything gives no rows
     assert set(lps.search(spark, ns.root, qdf.select("query"), "v", k=2).columns) >= {"query_id", "rank"}
     assert lps.search(spark, ns.root, qdf, "v", k=2, filter="tenant = 'none'").count() == 0
+
+
+def test_ties_ordered_by_partition_then_row(tmp_path):
+    """Equal distances across partitions: the merge is deterministic, by the partition tables'
+    __manifest order, then row id (the same snapshot always returns the same rows)."""
+    schema = pa.schema([("id", pa.int64()), ("tenant", pa.utf8()), ("v", pa.list_(pa.float32(), 2))])
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, SPEC)
+    n = 12
+    ns.write(pa.table({"id": np.arange(n), "tenant": [f"t{i % 3}" for i in range(n)],
+                       "v": pa.array([[1.0, 0.0]] * n, pa.list_(pa.float32(), 2))}))
+    order = [i.values["tenant"] for i in ns.partitions()]
+    got = ns.search("v", [0.0, 0.0], k=n)
+    want = sorted(range(n), key=lambda i: (order.index(f"t{i % 3}"), i // 3))
+    assert got.column("id").to_pylist() == want
+    assert ns.search("v", [0.0, 0.0], k=5).column("id").to_pylist() == want[:5]
