@@ -400,6 +400,31 @@ class PartitionedNamespace:
         result = prune(filter, self._schema, self._specs, self._snapshot.table_pins())
         return self._partition_infos(result.kept), filter, result.scan_filter
 
+    def search(self, column: str, query: Any, k: int = 10, filter: str | None = None, *,
+               columns: Sequence[str] | None = None, **params: Any) -> pa.Table:
+        """The ``k`` published rows nearest to vector ``query`` in ``column`` among those matching
+        ``filter``, with ``_distance`` sorted ascending: partitions are pruned with the filter, each
+        kept table is searched at its published version (index or flat), the filter is applied
+        exactly and the per-table results merged (:mod:`lancepart.read.search`). ``params``:
+        ``metric`` (l2, cosine, dot), ``nprobes``, ``refine_factor``, ...
+
+        >>> # ns.search("embedding", q, k=10, filter="tenant = 'acme'")
+        """
+        from lancepart.read.search import search
+
+        return search(self, column, query, k, filter, columns=columns, **params)
+
+    def search_text(self, column: str, query: str, k: int = 10, filter: str | None = None, *,
+                    columns: Sequence[str] | None = None) -> pa.Table:
+        """The ``k`` published rows that match full-text ``query`` on ``column`` best (``_score``
+        descending), among those matching ``filter``; each searched table needs an INVERTED index.
+
+        >>> # ns.search_text("body", "partitioned lance", k=5)
+        """
+        from lancepart.read.search import search_text
+
+        return search_text(self, column, query, k, filter, columns=columns)
+
     # ------------------------------------------------------------------ maintenance
     def compact(self, filter: str | None = None, target_rows_per_fragment: int = 1_048_576,
                 **options: Any) -> CommitResult:
