@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,6 +41,8 @@ from lancepart.spec import PartitionField, PartitionSpec, assign_field_ids, sche
 
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = "partition_spec_v"
+_PLAN_CACHE = 64  # scan plans a handle keeps per snapshot (filter -> kept partitions)
+_DATASET_CACHE = 1024  # partition tables a handle keeps open for searches
 
 
 def _partition_columns(specs: Sequence[PartitionSpec]) -> list[pa.Field]:
@@ -111,6 +115,8 @@ class PartitionedNamespace:
         self.storage_options = manifest.storage_options
         self._manifest = manifest
         self._read_only = False
+        self._datasets: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # see _published_dataset
+        self._datasets_lock = threading.Lock()
         if snapshot is None:
             self._load_latest(manifest)
         else:
@@ -251,6 +257,7 @@ class PartitionedNamespace:
             snap.table_pins()
         self._specs = dict(sorted(specs.items()))
         self._snapshot = snap
+        self._plans: dict[str, tuple[list[PartitionInfo], str | None, str | None]] = {}  # filter -> scan_plan
 
     # ------------------------------------------------------------------ properties
     @property
@@ -395,10 +402,38 @@ class PartitionedNamespace:
             filter = None
         if filter is None:
             return self.partitions(), None, None
+        cached = self._plans.get(filter)  # per snapshot: _load starts a new cache
+        if cached is not None:
+            return list(cached[0]), cached[1], cached[2]
         from lancepart.read.prune import prune
 
         result = prune(filter, self._schema, self._specs, self._snapshot.table_pins())
-        return self._partition_infos(result.kept), filter, result.scan_filter
+        plan = (self._partition_infos(result.kept), filter, result.scan_filter)
+        if len(self._plans) >= _PLAN_CACHE:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[filter] = plan
+        return list(plan[0]), plan[1], plan[2]
+
+    def _published_dataset(self, info: PartitionInfo) -> Any:
+        """The partition table ``info`` at its published version, kept open for the next call
+        (published versions never change, and an open dataset keeps its index and metadata caches
+        warm: repeated searches do not reload an index); None for a declared-only table."""
+        from lancepart.read.snapshot import is_declared, open_published
+
+        if is_declared(info):  # reads the latest version: never cached
+            return open_published(self.root, info, self.storage_options)
+        key = (info.location, info.read_version, info.read_branch, info.read_tag)
+        with self._datasets_lock:
+            ds = self._datasets.get(key)
+            if ds is not None:
+                self._datasets.move_to_end(key)
+                return ds
+        ds = open_published(self.root, info, self.storage_options)
+        with self._datasets_lock:
+            self._datasets[key] = ds
+            while len(self._datasets) > _DATASET_CACHE:
+                self._datasets.popitem(last=False)
+        return ds
 
     def search(self, column: str, query: Any, k: int = 10, filter: str | None = None, *,
                columns: Sequence[str] | None = None, **params: Any) -> pa.Table:

@@ -330,3 +330,21 @@ def test_ties_ordered_by_partition_then_row(tmp_path):
     want = sorted(range(n), key=lambda i: (order.index(f"t{i % 3}"), i // 3))
     assert got.column("id").to_pylist() == want
     assert ns.search("v", [0.0, 0.0], k=5).column("id").to_pylist() == want[:5]
+
+
+def test_a_handle_keeps_its_snapshot_and_sees_a_publish_after_refresh(ns, data):
+    """A handle keeps partition tables open and scan plans cached between searches (warm index
+    caches); both are keyed by the published version, so a handle searches its own snapshot and,
+    after ``refresh()``, the new one: a row published meanwhile is found only then."""
+    q = query(11)
+    flt = "tenant = 't2'"
+    before = ns.search("v", q, k=3, filter=flt)
+    other = PartitionedNamespace.open(ns.root)
+    twin = data.filter(pa.compute.equal(data.column("tenant"), "t2")).slice(0, 1)
+    twin = twin.set_column(3, "v", pa.FixedSizeListArray.from_arrays(pa.array(q), DIM))
+    twin = twin.set_column(0, "id", pa.array([888_888], pa.int64()))
+    other.write(twin)  # an exact match for q, published by another handle
+    assert ns.search("v", q, k=3, filter=flt).equals(before)  # the same snapshot, the same rows
+    got = ns.refresh().search("v", q, k=3, filter=flt)
+    assert got.column("id").to_pylist()[0] == 888_888
+    assert ns.search("v", q, k=3).column("id").to_pylist()[0] == 888_888

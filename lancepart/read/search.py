@@ -194,12 +194,13 @@ def search_dataset(plan: SearchPlan, info: PartitionInfo, ds: lance.LanceDataset
         return _top_k_exact(run, plan, k, n_rows, extra, "vector search")
 
 
-def text_table(plan: SearchPlan, info: PartitionInfo, query: str, k: int) -> pa.Table:
+def text_table(plan: SearchPlan, info: PartitionInfo, ds: lance.LanceDataset | None, query: str, k: int
+               ) -> pa.Table:
     """The top ``k`` rows of one partition table for full-text ``query`` on ``plan.column``
-    (Lance needs an INVERTED index on it): ``plan.read_schema`` columns, ``_score``, ``_rowid``."""
+    (Lance needs an INVERTED index on it): ``plan.read_schema`` columns, ``_score``, ``_rowid``.
+    ``ds``: the table already opened at its published version (None: declared only)."""
     extra = [pa.field(SCORE, pa.float32()), pa.field(ROW_ID, pa.uint64())]
     empty = pa.schema(list(plan.read_schema) + extra).empty_table()
-    ds = open_published(plan.root, info, plan.storage_options)
     if ds is None or plan.column not in ds.schema.names:
         return empty
     with storage_errors(join_uri(plan.root, info.location), table=info.object_id, reading=True):
@@ -275,7 +276,7 @@ def search(ns: Any, column: str, query: Any, k: int = 10, filter: str | None = N
     parts, filter, scan_filter = ns.scan_plan(filter)
     cols, read_schema = _read_schema(schema, columns, filter)
     plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options)
-    datasets = open_tables(plan, parts)  # once: for the metric and for the search
+    datasets = map_threads(ns._published_dataset, parts)  # kept open by the handle: warm index caches
     params["metric"] = resolve_metric(column, parts, datasets, params.get("metric"))
     found = map_threads(lambda pair: search_dataset(plan, pair[0], pair[1], q, k, params),
                         list(zip(parts, datasets, strict=True)))
@@ -305,7 +306,7 @@ def search_text(ns: Any, column: str, query: str, k: int = 10, filter: str | Non
     parts, filter, scan_filter = ns.scan_plan(filter)
     cols, read_schema = _read_schema(schema, columns, filter)
     plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options)
-    found = map_threads(lambda info: text_table(plan, info, query, k), parts)
+    found = map_threads(lambda info: text_table(plan, info, ns._published_dataset(info), query, k), parts)
     if not found:
         found = [pa.schema([*read_schema, pa.field(SCORE, pa.float32()), pa.field(ROW_ID, pa.uint64())]).empty_table()]
     return merge_top_k(found, k, SCORE, descending=True).select([*cols, SCORE])
