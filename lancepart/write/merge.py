@@ -109,8 +109,9 @@ class Evaluation:
 
     candidates: Candidates
     deletions: dict[str, Deletions]
-    rows: pa.Table  # conformed to the namespace schema
+    rows: pa.Table | None  # conformed to the namespace schema; None: written elsewhere (Spark tasks)
     details: dict[str, Any]
+    matched: pa.Table | None = None  # merge: the input keys that matched a published row
 
 
 class _Stale(Exception):
@@ -199,12 +200,23 @@ def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Tab
     return writes, res.retries
 
 
+# writes the rows of an evaluation (taken on the snapshot given): (table writes, reservation retries)
+WriteRows = Callable[[Evaluation, ManifestSnapshot], tuple[list[TableWrite], int]]
+
+
 def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot], Evaluation],
                  candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None = None,
-                 max_retries: int = 20, max_rows_per_file: int = 1_048_576) -> CommitResult:
+                 max_retries: int = 20, max_rows_per_file: int = 1_048_576, write: WriteRows | None = None,
+                 fixed_writes: bool = False, started: float | None = None, phases: dict[str, Any] | None = None
+                 ) -> CommitResult:
     """Evaluate a change on the latest snapshot, write its rows, commit each touched table and
-    publish everything in one ``__manifest`` commit; evaluate again when a candidate moved."""
-    started = time.monotonic()
+    publish everything in one ``__manifest`` commit; evaluate again when a candidate moved.
+
+    ``write`` writes the rows elsewhere (``lancepart.spark.merge``: in Spark tasks); default
+    :func:`write_rows` on local threads. ``fixed_writes``: ``write`` returns the same writes on
+    every attempt (rows written once, before the change: the data source's replaceWhere), so
+    the tables they created are kept for the next attempt (adopted there if needed)."""
+    started = time.monotonic() if started is None else started
     manifest, schema, spec = ns.manifest, ns.schema, ns.current_spec
     if batch_id is not None:
         batches.check_batch_id(batch_id)
@@ -218,14 +230,15 @@ def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot]
         evaluate_s = time.monotonic() - t
         faults.checkpoint("after_plan")
         t = time.monotonic()
-        writes, reserve_retries = write_rows(manifest, spec, schema, ev.rows, max_rows_per_file, max_retries)
+        writes, reserve_retries = (write(ev, snap) if write is not None else
+                                   write_rows(manifest, spec, schema, ev.rows, max_rows_per_file, max_retries))
         write_s = time.monotonic() - t
         retries += reserve_retries
         try:
             snap2, outcome, commit_retries = _publish(manifest, spec, schema, ev, writes, candidates, what=what,
                                                       batch_id=batch_id, max_retries=max_retries)
         except _Stale as e:
-            for w in writes:  # tables this attempt created: referenced by no __manifest version
+            for w in [] if fixed_writes else writes:  # tables this attempt created: referenced by nothing
                 if w.created is not None:
                     remove_table_dir(manifest.root, w.location, manifest.storage_options)
             if attempt == max_retries:
@@ -257,7 +270,7 @@ def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot]
         partitions_touched=len(touched), partitions_created=sum(1 for w in writes if w.created is not None),
         retries=retries, batch_id=batch_id, seconds=round(time.monotonic() - started, 3),
         details={**ev.details, "rows_deleted": sum(d.rows for d in deletions.values()),
-                 "evaluate_s": round(evaluate_s, 3), "write_s": round(write_s, 3)},
+                 "evaluate_s": round(evaluate_s, 3), "write_s": round(write_s, 3), **(phases or {})},
     )
     if batch_id is not None:
         result.details.update(batches.result_details(None, batches.batch_id_retention(snap2.metadata)))
@@ -396,6 +409,88 @@ def match_table(root: str, object_id: str, location: str, base: int, keys: pa.Ta
     return published.join(keys, keys=list(on), join_type="inner").select([*on, _ADDR, _ROW])
 
 
+def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa.Table, on: Sequence[str],
+                   schema: pa.Schema, storage_options: Mapping[str, str] | None, delete: bool
+                   ) -> tuple[Deletions, np.ndarray]:
+    """One partition table's part of a merge on its published version ``base``: the input row
+    numbers whose key it holds and, with ``delete``, those rows' deletion files (not committed).
+    The same function runs on local threads and in Spark tasks."""
+    from lancepart.maintenance.delete import deletion_files
+
+    m = match_table(root, object_id, location, base, keys, on, schema, storage_options)
+    d = Deletions(object_id, location, base)
+    if m.num_rows and delete:
+        so = dict(storage_options) if storage_options else None
+        ds = lance.dataset(join_uri(root, check_location(location, object_id, root)), version=base, storage_options=so)
+        d.updated, d.removed = deletion_files(ds, m.column(_ADDR).to_numpy().astype(np.uint64))
+        d.rows = m.num_rows
+    return d, m.column(_ROW).to_numpy().astype(np.int64)
+
+
+# runs merge_in_table for each (object_id, location, base): local threads, or Spark tasks
+MatchTables = Callable[[Sequence[tuple[str, str, int]]], list[tuple[Deletions, np.ndarray]]]
+
+
+def check_merge_args(schema: pa.Schema, on: Sequence[str] | str, when_matched: str, when_not_matched: str,
+                     input_names: Sequence[str] | None) -> list[str]:
+    """The key columns, once each; typed errors for unknown modes and key columns."""
+    on = [on] if isinstance(on, str) else list(dict.fromkeys(on or []))
+    if not on:
+        raise InvalidArgumentError("merge needs the key columns: on=['id', ...]")
+    if when_matched not in WHEN_MATCHED:
+        raise InvalidArgumentError(f"when_matched must be one of {WHEN_MATCHED}, got {when_matched!r}")
+    if when_not_matched not in WHEN_NOT_MATCHED:
+        raise InvalidArgumentError(f"when_not_matched must be one of {WHEN_NOT_MATCHED}, got {when_not_matched!r}")
+    missing = [c for c in on if c not in schema.names]
+    if missing:
+        raise InvalidArgumentError(f"merge key column(s) {missing} are not in the namespace schema "
+                                   f"({schema.names}); nothing was published")
+    if input_names is not None and (absent := [c for c in on if c not in input_names]):
+        raise InvalidArgumentError(f"merge key column(s) {absent} are not in the input; nothing was published")
+    return on
+
+
+class MergePlan:
+    """A merge's evaluation on a snapshot (:meth:`evaluate`), with the per-table results of
+    earlier attempts kept: a re-evaluation reads again only the tables whose version moved."""
+
+    def __init__(self, keys: pa.Table, on: Sequence[str], when_matched: str, when_not_matched: str,
+                 match_tables: MatchTables, rows: pa.Table | None = None) -> None:
+        self.keys = keys.select(list(on)).append_column(_ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        self.on, self.when_matched, self.when_not_matched = list(on), when_matched, when_not_matched
+        self.match_tables, self.rows = match_tables, rows
+        self.cache: dict[tuple[str, int], tuple[Deletions, np.ndarray]] = {}
+
+    def evaluate(self, snap: ManifestSnapshot) -> Evaluation:
+        cands = partition_tables(snap)
+        _check_main(cands, "merge")
+        todo = [(oid, loc, v) for oid, (loc, v, _, _) in cands.items() if (oid, v) not in self.cache]
+        for (oid, _, v), out in zip(todo, self.match_tables(todo) if todo else [], strict=True):
+            self.cache[(oid, v)] = out
+        per_table = {oid: self.cache[(oid, v)] for oid, (_, v, _, _) in cands.items() if len(self.cache[(oid, v)][1])}
+        n = self.keys.num_rows
+        matched = np.zeros(n, dtype=bool)
+        if per_table:
+            all_rows = np.concatenate([r for _, r in per_table.values()])
+            counts = np.bincount(all_rows, minlength=n)
+            if (counts > 1).any():
+                i = int(np.flatnonzero(counts > 1)[0])
+                where = sorted(oid for oid, (_, r) in per_table.items() if (r == i).any())
+                raise AmbiguousMatchError(
+                    f"merge key ({_show(self.keys, i, self.on)}) matches {int(counts[i])} published rows (partition "
+                    f"tables {where}); {int((counts > 1).sum())} key(s) match several rows; a key must identify at "
+                    f"most one row; nothing was published")
+            matched[all_rows] = True
+        update, insert = self.when_matched == "update", self.when_not_matched == "insert"
+        take = (matched if update else np.zeros(n, dtype=bool)) | (~matched if insert else np.zeros(n, dtype=bool))
+        deletions = {oid: d for oid, (d, _) in per_table.items() if update}
+        n_matched = int(matched.sum())
+        details = {"on": self.on, "rows_matched": n_matched, "rows_updated": n_matched if update else 0,
+                   "rows_inserted": n - n_matched if insert else 0}
+        rows = self.rows.filter(pa.array(take)) if self.rows is not None else None
+        return Evaluation(cands, deletions, rows, details, matched=self.keys.select(self.on).filter(pa.array(matched)))
+
+
 def merge(ns: PartitionedNamespace, data: Any, on: Sequence[str], when_matched: str = "update",
           when_not_matched: str = "insert", *, batch_id: str | None = None, max_retries: int = 20,
           max_rows_per_file: int = 1_048_576) -> CommitResult:
@@ -407,87 +502,20 @@ def merge(ns: PartitionedNamespace, data: Any, on: Sequence[str], when_matched: 
 
     >>> # merge(ns, changes, on=["id"]).details["rows_updated"]
     """
-    if isinstance(on, str):
-        on = [on]
-    on = list(dict.fromkeys(on))
-    if not on:
-        raise InvalidArgumentError("merge needs the key columns: on=['id', ...]")
-    if when_matched not in WHEN_MATCHED:
-        raise InvalidArgumentError(f"when_matched must be one of {WHEN_MATCHED}, got {when_matched!r}")
-    if when_not_matched not in WHEN_NOT_MATCHED:
-        raise InvalidArgumentError(f"when_not_matched must be one of {WHEN_NOT_MATCHED}, got {when_not_matched!r}")
     ns.refresh()
-    schema = ns.schema
-    missing = [c for c in on if c not in schema.names]
-    if missing:
-        raise InvalidArgumentError(f"merge key column(s) {missing} are not in the namespace schema "
-                                   f"({schema.names}); nothing was published")
-    if isinstance(data, pa.Table | pa.RecordBatch) and (absent := [c for c in on if c not in data.schema.names]):
-        raise InvalidArgumentError(f"merge key column(s) {absent} are not in the input; nothing was published")
+    schema, manifest = ns.schema, ns.manifest
+    names = data.schema.names if isinstance(data, pa.Table | pa.RecordBatch) else None
+    on = check_merge_args(schema, on, when_matched, when_not_matched, names)
     rows = _read_input(data, schema)
     check_keys(rows, on)
-    keys = rows.select(on).append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    manifest = ns.manifest
-    cache: dict[tuple[str, int], pa.Table] = {}  # (object_id, base) -> its matches: reused by a re-evaluation
-    deletion_cache: dict[tuple[str, int], Deletions] = {}
 
-    def evaluate(snap: ManifestSnapshot) -> Evaluation:
-        cands = partition_tables(snap)
-        _check_main(cands, "merge")
-        todo = [(oid, loc, v) for oid, (loc, v, _, _) in cands.items() if (oid, v) not in cache]
+    def match_tables(todo: Sequence[tuple[str, str, int]]) -> list[tuple[Deletions, np.ndarray]]:
+        return map_threads(lambda t: merge_in_table(manifest.root, t[0], t[1], t[2], plan.keys, on, schema,
+                                                    manifest.storage_options, when_matched == "update"), list(todo))
 
-        def one(item: tuple[str, str, int]) -> pa.Table:
-            oid, loc, v = item
-            return match_table(manifest.root, oid, loc, v, keys, on, schema, manifest.storage_options)
-
-        for (oid, _, v), m in zip(todo, map_threads(one, todo), strict=True):
-            cache[(oid, v)] = m
-        per_table = {oid: cache[(oid, v)] for oid, (_, v, _, _) in cands.items() if cache[(oid, v)].num_rows}
-        matched = np.zeros(rows.num_rows, dtype=bool)
-        if per_table:
-            all_rows = pa.concat_arrays([m.column(_ROW).combine_chunks() for m in per_table.values()]).to_numpy()
-            counts = np.bincount(all_rows, minlength=rows.num_rows)
-            if (counts > 1).any():
-                i = int(np.flatnonzero(counts > 1)[0])
-                where = sorted(oid for oid, m in per_table.items() if pc.any(pc.equal(m.column(_ROW), i)).as_py())
-                raise AmbiguousMatchError(
-                    f"merge key ({_show(rows, i, on)}) matches {int(counts[i])} published rows (partition tables "
-                    f"{where}); {int((counts > 1).sum())} key(s) match several rows; a key must identify at most one "
-                    f"row; nothing was published")
-            matched[all_rows] = True
-        take = np.zeros(rows.num_rows, dtype=bool)
-        if when_matched == "update":
-            take |= matched
-        if when_not_matched == "insert":
-            take |= ~matched
-        deletions: dict[str, Deletions] = {}
-        if when_matched == "update":
-            items = [(oid, cands[oid][0], cands[oid][1], m) for oid, m in per_table.items()]
-
-            def delete_one(item: tuple[str, str, int, pa.Table]) -> Deletions:
-                from lancepart.maintenance.delete import deletion_files
-
-                oid, loc, v, m = item
-                if (oid, v) in deletion_cache:
-                    return deletion_cache[(oid, v)]
-                ds = lance.dataset(join_uri(manifest.root, check_location(loc, oid, manifest.root)), version=v,
-                                   storage_options=dict(manifest.storage_options) if manifest.storage_options
-                                   else None)
-                updated, removed = deletion_files(ds, m.column(_ADDR).to_numpy().astype(np.uint64))
-                deletion_cache[(oid, v)] = d = Deletions(oid, loc, v, updated, removed, m.num_rows)
-                return d
-
-            for d in map_threads(delete_one, items):
-                deletions[d.object_id] = d
-        n_matched = int(matched.sum())
-        details = {"on": list(on), "rows_matched": n_matched,
-                   "rows_updated": n_matched if when_matched == "update" else 0,
-                   "rows_inserted": int((~matched).sum()) if when_not_matched == "insert" else 0}
-        return Evaluation(cands, deletions, rows.filter(pa.array(take)), details)
-
-    result = apply_change(ns, evaluate, partition_tables, what="merge", batch_id=batch_id, max_retries=max_retries,
-                          max_rows_per_file=max_rows_per_file)
-    return result
+    plan = MergePlan(rows, on, when_matched, when_not_matched, match_tables, rows=rows)
+    return apply_change(ns, plan.evaluate, partition_tables, what="merge", batch_id=batch_id, max_retries=max_retries,
+                        max_rows_per_file=max_rows_per_file)
 
 
 # ------------------------------------------------------------------------------- replace-where
