@@ -340,3 +340,54 @@ def test_cli_merge(ns, tmp_path, capsys):
     assert main(["merge", ns.root, path, "--on", "id", "--json", "-q"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["details"]["rows_updated"] == 5 and out["details"]["rows_inserted"] == 0
+
+
+# ------------------------------------------------------------------------------------- Spark
+def to_df(spark, table: pa.Table):
+    from tests.test_spark_write import to_df as spark_df
+
+    return spark_df(spark, table)
+
+
+@pytest.mark.spark
+def test_spark_merge_matches_ns_merge(template, tmp_path, spark):
+    """``lps.merge`` on the executors gives the rows ``ns.merge`` gives for the same input
+    (updates in place, an update moving a row to a new partition, inserts), in one publish."""
+    from lancepart import spark as lps
+
+    local, remote = copy_ns(template, tmp_path / "a"), copy_ns(template, tmp_path / "b")
+    before = published_rows(local.root).drop_columns(["object_id"])
+    upd = changed(before.take(pa.array(range(0, 900, 45))), amount=[-6.0] * 20)
+    upd = changed(upd, event_date=[pa.scalar(20_700, pa.date32()).as_py(), *upd["event_date"].to_pylist()[1:]])
+    data = pa.concat_tables([upd, demo_events(15, seed=3, start_id=55_000, days=3)])
+    expected = local.merge(data, on=["id"])
+    v0 = manifest_version(remote.root)
+    got = lps.merge(to_df(spark, data), remote.root, on=["id"])
+    assert manifest_version(remote.root) == v0 + 1
+    assert got.details["rows_updated"] == expected.details["rows_updated"] == 20
+    assert got.details["rows_inserted"] == 15 and got.partitions_created == 1
+    assert {k: data_cols(v) for k, v in by_id(published_rows(remote.root)).items()} == \
+        {k: data_cols(v) for k, v in by_id(published_rows(local.root)).items()}
+    only_new = lps.merge(to_df(spark, data), remote.root, on=["id"], when_matched="ignore")
+    assert only_new.details["rows_inserted"] == 0 and only_new.rows_written == 0
+
+
+@pytest.mark.spark
+def test_datasource_replace_where(ns, spark):
+    """Item 4 through the data source: ``mode("overwrite").option("replaceWhere", ...)``
+    replaces the rows matching the filter; an input row outside it fails the write, nothing
+    published."""
+    before = published_rows(ns.root).drop_columns(["object_id"])
+    day1 = pc.equal(before["event_date"], pa.scalar(20_423, pa.date32()))
+    new = demo_events(40, seed=8, start_id=30_000, days=1)
+    v0 = manifest_version(ns.root)
+    (to_df(spark, new).write.format("lancepart").mode("overwrite")
+     .option("replaceWhere", DAY1).save(ns.root))
+    assert manifest_version(ns.root) == v0 + 1
+    expected = by_id(before.filter(pc.invert(day1))) | by_id(new)
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == expected
+    bad = demo_events(40, seed=8, start_id=31_000, days=3)
+    with pytest.raises(Exception, match=r"RowsOutsideFilterError|do not match"):
+        (to_df(spark, bad).write.format("lancepart").mode("overwrite")
+         .option("replaceWhere", DAY1).save(ns.root))
+    assert manifest_version(ns.root) == v0 + 1

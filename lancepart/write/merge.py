@@ -533,11 +533,26 @@ def rows_outside(rows: pa.Table, where: str) -> tuple[int, pa.Table]:
     return outside, example
 
 
+def check_inside(rows: pa.Table, where: str) -> None:
+    """:class:`RowsOutsideFilterError` naming the count and one row unless ``where`` is TRUE for
+    every row of ``rows`` (conformed to the namespace schema)."""
+    outside, example = rows_outside(rows, where)
+    if outside:
+        row = ", ".join(f"{k}={v!r}" for k, v in example.to_pylist()[0].items())
+        raise RowsOutsideFilterError(f"replace-where: {outside} of {rows.num_rows} input row(s) do not match "
+                                     f"where={where!r}, e.g. ({row}); every input row must match the filter it "
+                                     f"replaces; nothing was published")
+
+
 def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: str | None = None,
-                  max_retries: int = 20, max_rows_per_file: int = 1_048_576, **options: Any) -> CommitResult:
+                  max_retries: int = 20, max_rows_per_file: int = 1_048_576, written: list[TableWrite] | None = None,
+                  started: float | None = None, phases: dict[str, Any] | None = None, **options: Any
+                  ) -> CommitResult:
     """Replace the published rows matching ``where`` by ``data`` in one publish (Delta's
     replaceWhere): every input row must match ``where`` (else :class:`RowsOutsideFilterError`
     naming how many and one of them, nothing published). ``details["rows_deleted"]``.
+    ``written``: the input is already written and checked (the Spark data source's tasks);
+    ``data`` is then None.
 
     >>> # replace_where(ns, day_rows, "event_date = DATE '2025-12-10'").details["rows_deleted"]
     """
@@ -551,13 +566,10 @@ def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: 
                                  "(to replace every row say so: where='TRUE')")
     ns.refresh()
     schema, specs, manifest = ns.schema, ns.specs, ns.manifest
-    rows = _read_input(data, schema)
-    outside, example = rows_outside(rows, where)
-    if outside:
-        row = ", ".join(f"{k}={v!r}" for k, v in example.to_pylist()[0].items())
-        raise RowsOutsideFilterError(f"replace-where: {outside} of {rows.num_rows} input row(s) do not match "
-                                     f"where={where!r}, e.g. ({row}); every input row must match the filter it "
-                                     f"replaces; nothing was published")
+    rows = None
+    if written is None:
+        rows = _read_input(data, schema)
+        check_inside(rows, where)
     scan: dict[str, str | None] = {}
 
     def candidates(snap: ManifestSnapshot) -> Candidates:
@@ -597,4 +609,6 @@ def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: 
         return Evaluation(cands, deletions, rows, {"where": where})
 
     return apply_change(ns, evaluate, candidates, what="replace_where", batch_id=batch_id, max_retries=max_retries,
-                        max_rows_per_file=max_rows_per_file)
+                        max_rows_per_file=max_rows_per_file, started=started, phases=phases,
+                        write=None if written is None else lambda ev, snap: (written, 0),
+                        fixed_writes=written is not None)
