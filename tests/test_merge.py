@@ -392,3 +392,30 @@ def test_datasource_replace_where(ns, spark):
         (to_df(spark, bad).write.format("lancepart").mode("overwrite")
          .option("replaceWhere", DAY1).save(ns.root))
     assert manifest_version(ns.root) == v0 + 1
+
+
+def test_replace_where_sees_an_append_published_first(ns, tmp_path):
+    """Item 6 for replace-where: while it waits before its __manifest commit, a real writer
+    process appends rows inside the filter and publishes first. The replace-where evaluates
+    again: those rows are replaced too (as append-then-replace in series), nothing outside the
+    filter is touched, the input is published once."""
+    before = published_rows(ns.root).drop_columns(["object_id"])
+    day1 = pc.equal(before["event_date"], pa.scalar(20_423, pa.date32()))
+    new = demo_events(40, seed=8, start_id=30_000, days=1)
+    path = str(tmp_path / "day1.parquet")
+    pq.write_table(new, path)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "LANCEPART_FAULT": "before_manifest_commit:sleep:3"}
+    code = ("import json, sys, pyarrow.parquet as pq; from lancepart import PartitionedNamespace; "
+            "r = PartitionedNamespace.open(sys.argv[1]).write(pq.read_table(sys.argv[2]), mode='overwrite', "
+            "where=sys.argv[3]); print(json.dumps(r.to_dict()))")
+    proc = subprocess.Popen([sys.executable, "-c", code, ns.root, path, DAY1], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for_unpublished_versions(ns, proc)
+    _write(ns.root, 70_000)  # 300 rows on day 1, inside the filter
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["retries"] >= 1
+    assert result["details"]["rows_deleted"] == pc.sum(day1.cast(pa.int64())).as_py() + 300
+    expected = by_id(before.filter(pc.invert(day1))) | by_id(new)
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == expected

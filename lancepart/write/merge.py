@@ -386,13 +386,10 @@ def check_keys(rows: pa.Table, on: Sequence[str]) -> None:
                                 f"expected; nothing was published")
 
 
-def match_table(root: str, object_id: str, location: str, base: int, keys: pa.Table, on: Sequence[str],
-                schema: pa.Schema, storage_options: Mapping[str, str] | None = None) -> pa.Table:
-    """The published rows of one partition table (its version ``base``) whose key is in
-    ``keys`` (the input keys with their input row number ``_ROW``): ``(on..., _rowaddr, _ROW)``.
-    Only the key columns are read; the match is an Arrow hash join."""
-    so = dict(storage_options) if storage_options else None
-    ds = lance.dataset(join_uri(root, check_location(location, object_id, root)), version=base, storage_options=so)
+def match_table(ds: lance.LanceDataset, keys: pa.Table, on: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """The rows of ``ds`` (a partition table at its published version) whose key is in ``keys``
+    (the input keys with their input row number ``_ROW``): ``(on..., _rowaddr, _ROW)``. Only the
+    key columns are read; the match is a set lookup (one column) or an Arrow hash join."""
     empty = pa.table({**{c: pa.array([], schema.field(c).type) for c in on}, _ADDR: pa.array([], pa.uint64()),
                       _ROW: pa.array([], pa.int64())})
     if any(c not in ds.schema.names for c in on):  # a key column added after this table was written: NULL
@@ -417,11 +414,11 @@ def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa
     The same function runs on local threads and in Spark tasks."""
     from lancepart.maintenance.delete import deletion_files
 
-    m = match_table(root, object_id, location, base, keys, on, schema, storage_options)
+    so = dict(storage_options) if storage_options else None
+    ds = lance.dataset(join_uri(root, check_location(location, object_id, root)), version=base, storage_options=so)
+    m = match_table(ds, keys, on, schema)
     d = Deletions(object_id, location, base)
     if m.num_rows and delete:
-        so = dict(storage_options) if storage_options else None
-        ds = lance.dataset(join_uri(root, check_location(location, object_id, root)), version=base, storage_options=so)
         d.updated, d.removed = deletion_files(ds, m.column(_ADDR).to_numpy().astype(np.uint64))
         d.rows = m.num_rows
     return d, m.column(_ROW).to_numpy().astype(np.int64)
