@@ -234,7 +234,7 @@ def test_keys_inserted_concurrently_are_updated_not_doubled(ns, tmp_path):
                   amount=[-8.0] * 12)
     path = str(tmp_path / "cdc.parquet")
     pq.write_table(pa.concat_tables([merged, old]), path)
-    proc = _run_merge(ns.root, path, fault="before_manifest_commit:sleep:3")
+    proc = _run_merge(ns.root, path, fault="before_manifest_commit:sleep:8")
     _wait_for_unpublished_versions(ns, proc)
     _write(ns.root, 70_000)  # same keys, published while the merge sleeps
     out, err = proc.communicate(timeout=180)
@@ -259,7 +259,7 @@ def test_a_delete_published_first_is_not_undone(ns, tmp_path):
                   amount=[-5.0] * 40)
     path = str(tmp_path / "cdc.parquet")
     pq.write_table(upd, path)
-    proc = _run_merge(ns.root, path, fault="before_manifest_commit:sleep:3")
+    proc = _run_merge(ns.root, path, fault="before_manifest_commit:sleep:8")
     _wait_for_unpublished_versions(ns, proc)
     PartitionedNamespace.open(ns.root).delete("id % 3 = 0")
     out, err = proc.communicate(timeout=180)
@@ -404,7 +404,7 @@ def test_replace_where_sees_an_append_published_first(ns, tmp_path):
     new = demo_events(40, seed=8, start_id=30_000, days=1)
     path = str(tmp_path / "day1.parquet")
     pq.write_table(new, path)
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "LANCEPART_FAULT": "before_manifest_commit:sleep:3"}
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "LANCEPART_FAULT": "before_manifest_commit:sleep:8"}
     code = ("import json, sys, pyarrow.parquet as pq; from lancepart import PartitionedNamespace; "
             "r = PartitionedNamespace.open(sys.argv[1]).write(pq.read_table(sys.argv[2]), mode='overwrite', "
             "where=sys.argv[3]); print(json.dumps(r.to_dict()))")

@@ -140,7 +140,8 @@ def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_n
         phases["keys_s"] = round(time.monotonic() - t, 3)
         shipped_keys: list[Any] = []
 
-        def match_tables(todo: Sequence[tuple[str, str, int]]) -> list[tuple[Deletions, np.ndarray]]:
+        def match_tables(snapshot_version: int, todo: Sequence[tuple[str, str, int]]
+                         ) -> list[tuple[Deletions, np.ndarray]]:
             if not shipped_keys:
                 shipped_keys.append(sc.broadcast(_ipc(plan.keys)))
             items = [json.dumps(list(item)) for item in todo]

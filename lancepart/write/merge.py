@@ -63,6 +63,7 @@ from lancepart.manifest import (
     ROWS_PROPERTY,
     Manifest,
     ManifestChanges,
+    ManifestConflict,
     ManifestSnapshot,
     backoff,
     join_uri,
@@ -226,7 +227,14 @@ def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot]
     for attempt in range(max_retries + 1):
         snap = manifest.snapshot()
         t = time.monotonic()
-        ev = evaluate(snap)
+        try:
+            ev = evaluate(snap)
+        except ManifestConflict as e:  # a published version it read was cleaned up; __manifest moved on
+            if attempt == max_retries:
+                raise CommitConflictError(f"{what}: {e}; nothing was published") from None
+            retries += 1
+            backoff(attempt, 0.05, 2.0)
+            continue
         evaluate_s = time.monotonic() - t
         faults.checkpoint("after_plan")
         t = time.monotonic()
@@ -424,8 +432,9 @@ def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa
     return d, m.column(_ROW).to_numpy().astype(np.int64)
 
 
-# runs merge_in_table for each (object_id, location, base): local threads, or Spark tasks
-MatchTables = Callable[[Sequence[tuple[str, str, int]]], list[tuple[Deletions, np.ndarray]]]
+# runs merge_in_table for each (object_id, location, base) of a snapshot (its version given): local
+# threads, or Spark tasks
+MatchTables = Callable[[int, Sequence[tuple[str, str, int]]], list[tuple[Deletions, np.ndarray]]]
 
 
 def check_merge_args(schema: pa.Schema, on: Sequence[str] | str, when_matched: str, when_not_matched: str,
@@ -462,7 +471,7 @@ class MergePlan:
         cands = partition_tables(snap)
         _check_main(cands, "merge")
         todo = [(oid, loc, v) for oid, (loc, v, _, _) in cands.items() if (oid, v) not in self.cache]
-        for (oid, _, v), out in zip(todo, self.match_tables(todo) if todo else [], strict=True):
+        for (oid, _, v), out in zip(todo, self.match_tables(snap.version, todo) if todo else [], strict=True):
             self.cache[(oid, v)] = out
         per_table = {oid: self.cache[(oid, v)] for oid, (_, v, _, _) in cands.items() if len(self.cache[(oid, v)][1])}
         n = self.keys.num_rows
@@ -506,9 +515,14 @@ def merge(ns: PartitionedNamespace, data: Any, on: Sequence[str], when_matched: 
     rows = _read_input(data, schema)
     check_keys(rows, on)
 
-    def match_tables(todo: Sequence[tuple[str, str, int]]) -> list[tuple[Deletions, np.ndarray]]:
-        return map_threads(lambda t: merge_in_table(manifest.root, t[0], t[1], t[2], plan.keys, on, schema,
-                                                    manifest.storage_options, when_matched == "update"), list(todo))
+    def match_tables(snapshot_version: int, todo: Sequence[tuple[str, str, int]]
+                     ) -> list[tuple[Deletions, np.ndarray]]:
+        def one(t: tuple[str, str, int]) -> tuple[Deletions, np.ndarray]:
+            return commit_on_published(manifest, snapshot_version, t[0], t[1], t[2], lambda: merge_in_table(
+                manifest.root, t[0], t[1], t[2], plan.keys, on, schema, manifest.storage_options,
+                when_matched == "update"))
+
+        return map_threads(one, list(todo))
 
     plan = MergePlan(rows, on, when_matched, when_not_matched, match_tables, rows=rows)
     return apply_change(ns, plan.evaluate, partition_tables, what="merge", batch_id=batch_id, max_retries=max_retries,
@@ -589,8 +603,8 @@ def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: 
             oid, loc, v = item
             if (oid, v) in cache:
                 return cache[(oid, v)]
-            ds = lance.dataset(join_uri(manifest.root, check_location(loc, oid, manifest.root)), version=v,
-                               storage_options=so)
+            ds = commit_on_published(manifest, snap.version, oid, loc, v, lambda: lance.dataset(
+                join_uri(manifest.root, check_location(loc, oid, manifest.root)), version=v, storage_options=so))
             if oid in entire:
                 frags = ds.get_fragments()
                 d = Deletions(oid, loc, v, [], [f.fragment_id for f in frags], sum(f.count_rows() for f in frags))
