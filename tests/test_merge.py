@@ -419,3 +419,39 @@ def test_replace_where_sees_an_append_published_first(ns, tmp_path):
     assert result["details"]["rows_deleted"] == pc.sum(day1.cast(pa.int64())).as_py() + 300
     expected = by_id(before.filter(pc.invert(day1))) | by_id(new)
     assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == expected
+
+
+@pytest.mark.spark
+def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypatch):
+    """Item 6 through Spark: while lps.merge waits before its __manifest commit, a real writer
+    process appends the same new keys and publishes first; the merge matches again (a new Spark
+    job over the moved tables) and writes again: every key once, with the merge's values."""
+    import threading
+
+    from lancepart import spark as lps
+
+    before = by_id(published_rows(ns.root).drop_columns(["object_id"]))
+    merged = changed(demo_events(300, seed=70_000, start_id=70_000, days=1), amount=[-9.0] * 300)
+    df = to_df(spark, merged)
+    monkeypatch.setenv("LANCEPART_FAULT", "before_manifest_commit:sleep:8")
+    errors: list[BaseException] = []
+
+    def append_meanwhile() -> None:
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and not any(
+                    lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
+                    for p in ns.refresh().partitions()):
+                time.sleep(0.05)
+            _write(ns.root, 70_000)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    th = threading.Thread(target=append_meanwhile)
+    th.start()
+    result = lps.merge(df, ns.root, on=["id"])
+    th.join()
+    assert not errors, errors
+    assert result.retries >= 1 and result.details["spark_jobs"] >= 4  # match + write, twice
+    assert result.details["rows_updated"] == 300 and result.details["rows_inserted"] == 0
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == before | by_id(merged)
