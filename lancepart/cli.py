@@ -682,6 +682,23 @@ def _cmd_delete(args: argparse.Namespace) -> Any:
     return None
 
 
+def _cmd_merge(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    on = [c.strip() for c in args.on.split(",") if c.strip()]
+    progress = _Progress(args.quiet)
+    progress(f"merging {len(args.files)} file(s) into {ns.root} on {on}")
+    data = input_reader(list(args.files), args.format, ns.schema, progress).read_all()
+    result = ns.merge(data, on, when_matched=args.when_matched, when_not_matched=args.when_not_matched,
+                      batch_id=args.batch_id, max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, "files": list(args.files), **result.to_dict()}
+    d = result.details
+    print(f"merged into {ns.root}: {d.get('rows_updated', 0)} rows updated, {d.get('rows_inserted', 0)} inserted, "
+          f"{result.partitions_touched} partitions ({result.partitions_created} new), manifest version "
+          f"{result.manifest_version}" + (" (batch already published: nothing done)" if result.skipped else ""))
+    return None
+
+
 # --------------------------------------------------------------------------- parser
 def _common(with_config: bool) -> argparse.ArgumentParser:
     """Options every subcommand accepts (after its name too: ``lancepart describe ROOT --json``)."""
@@ -842,6 +859,18 @@ def build_parser() -> argparse.ArgumentParser:
                          "(all partitions or none). Removed rows' files stay until cleanup.")
     dl.add_argument("--filter", required=True, metavar="SQL", help="e.g. \"user_id = 42\"; 'TRUE' deletes every row")
     _max_retries(dl)
+
+    mg = add("merge", "upsert rows from local files by key columns, in one commit", _cmd_merge,
+             description="Merge (upsert) Parquet, CSV, JSON or Arrow IPC files by key columns: published rows "
+                         "whose key is in the input are replaced (even into another partition), the others are "
+                         "inserted; one __manifest commit. Duplicate or NULL keys in the input are refused.")
+    mg.add_argument("files", nargs="+", metavar="FILE", help="input files; the format comes from the extension")
+    mg.add_argument("--on", required=True, metavar="COL[,COL...]", help="key columns, e.g. id or tenant,id")
+    mg.add_argument("--format", choices=FORMATS, help="input format of every FILE (default: by extension)")
+    mg.add_argument("--when-matched", choices=("update", "ignore"), default="update")
+    mg.add_argument("--when-not-matched", choices=("insert", "ignore"), default="insert")
+    mg.add_argument("--batch-id", metavar="ID", help="exactly-once id: already published makes this a no-op")
+    _max_retries(mg)
     return p
 
 

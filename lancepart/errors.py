@@ -124,3 +124,18 @@ class WorkerEnvironmentError(MissingDependencyError):
     lancepart) is missing on the worker's Python, or its pyarrow/lance version differs from
     the driver's. The message names the module, the worker's Python and what to set
     (``PYSPARK_PYTHON``, ``spark.pyspark.python`` or the packed environment)."""
+
+
+class DuplicateKeyError(InvalidArgumentError):
+    """A merge input holds the same key twice (which row wins would be arbitrary); the message
+    names the key columns, one duplicated key and how many keys are duplicated."""
+
+
+class AmbiguousMatchError(LancepartError):
+    """A merge key matches more than one published row; the message names the key and the
+    partition tables holding its rows."""
+
+
+class RowsOutsideFilterError(InvalidArgumentError):
+    """A replace-where input (``ns.write(mode="overwrite", where=...)``) has rows for which the
+    filter is not TRUE; the message names the filter, how many rows and one of them."""

@@ -328,6 +328,16 @@ class PartitionedNamespace:
         self._writable("write")
         from lancepart.write.local import write_local
 
+        if options.get("where") is not None:  # replace-where: docs/merge.md
+            from lancepart.write.merge import replace_where
+
+            if mode != "overwrite":
+                raise InvalidArgumentError(f"where= replaces the rows it matches: it needs mode='overwrite', "
+                                           f"got mode={mode!r}")
+            result = replace_where(self, data, options.pop("where"), batch_id=batch_id, **options)
+            self._follow()
+            return result
+        options.pop("where", None)
         result = write_local(self, data, mode=mode, batch_id=batch_id, **options)
         self._follow()
         return result
@@ -599,6 +609,23 @@ class PartitionedNamespace:
         from lancepart.maintenance.rollback import rollback
 
         result = rollback(self, version, max_retries=max_retries)
+        self.refresh()
+        return result
+
+    def merge(self, data: pa.Table | pa.RecordBatchReader, on: Sequence[str], when_matched: str = "update",
+              when_not_matched: str = "insert", *, batch_id: str | None = None, max_retries: int = 20) -> CommitResult:
+        """Upsert ``data`` by the key columns ``on`` in one publish (:mod:`lancepart.write.merge`):
+        published rows whose key is in the input are replaced (``when_matched="update"``, even
+        into another partition) or kept (``"ignore"``); the other input rows are inserted
+        (``when_not_matched="insert"``) or dropped (``"ignore"``). ``details["rows_updated"]``,
+        ``details["rows_inserted"]``.
+
+        >>> # ns.merge(changes, on=["id"]).details["rows_updated"]
+        """
+        self._writable("merge")
+        from lancepart.write.merge import merge
+
+        result = merge(self, data, on, when_matched, when_not_matched, batch_id=batch_id, max_retries=max_retries)
         self.refresh()
         return result
 

@@ -136,6 +136,28 @@ def address_predicate(addr: np.ndarray) -> str:
     return " OR ".join(terms)
 
 
+def deletion_files(ds: lance.LanceDataset, addr: np.ndarray) -> tuple[list[FragmentMetadata], list[int]]:
+    """Delete the rows at the addresses ``addr`` from the fragments of ``ds`` without committing:
+    ``(fragments with their new deletion file, ids of fragments whose every row goes)``, what
+    :func:`commit_deletions` (or a commit that also appends, :mod:`lancepart.write.merge`) takes."""
+    addr = np.sort(addr)
+    frag_of = (addr >> np.uint64(32)).astype(np.int64)
+    frag_ids, starts, counts = np.unique(frag_of, return_index=True, return_counts=True)
+    updated: list[FragmentMetadata] = []
+    removed: list[int] = []
+    for frag_id, start, count in zip(frag_ids.tolist(), starts.tolist(), counts.tolist(), strict=True):
+        fragment = ds.get_fragment(frag_id)
+        if count == fragment.count_rows():  # every live row matches: the fragment goes, no deletion file
+            removed.append(frag_id)
+            continue
+        md = fragment.delete(address_predicate(addr[start:start + count]))
+        if md is None:
+            removed.append(frag_id)
+        else:
+            updated.append(md)
+    return updated, removed
+
+
 def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMetadata], removed_ids: Sequence[int],
                      storage_options: Mapping[str, str] | None = None, max_attempts: int = 40) -> int:
     """Commit, on top of ``base_version``, the version whose fragments are exactly the base's with
@@ -178,21 +200,7 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
     addr = matching_addresses(ds, schema, filter, scan_filter)
     if not len(addr):
         return TableDelete(object_id, location, base, None, 0)
-    addr = np.sort(addr)
-    frag_of = (addr >> np.uint64(32)).astype(np.int64)
-    frag_ids, starts, counts = np.unique(frag_of, return_index=True, return_counts=True)
-    updated: list[FragmentMetadata] = []
-    removed: list[int] = []
-    for frag_id, start, count in zip(frag_ids.tolist(), starts.tolist(), counts.tolist(), strict=True):
-        fragment = ds.get_fragment(frag_id)
-        if count == fragment.count_rows():  # every live row matches: the fragment goes, no deletion file
-            removed.append(frag_id)
-            continue
-        md = fragment.delete(address_predicate(addr[start:start + count]))
-        if md is None:
-            removed.append(frag_id)
-        else:
-            updated.append(md)
+    updated, removed = deletion_files(ds, addr)
     version = commit_deletions(uri, base, updated, removed, so)
     if version <= base:
         raise LancepartError(f"{object_id}: table version {version} would move read_version {base} backwards")

@@ -77,7 +77,7 @@ RESULTS_DIR_ENV = "LANCEPART_RESULTS_DIR"
 
 # options the data source reads itself; every other one is a storage option (Spark lower-cases keys)
 OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file", "version", "split_rows", "spec",
-           "result_path")
+           "result_path", "replacewhere")
 # options Spark itself passes along, never storage options
 SPARK_OPTIONS = ("checkpointlocation", "paths")
 
@@ -321,6 +321,33 @@ def _publish(plan: _WritePlan, messages, *, mode: str, batch_id: str | None,
                              max_retries=plan.max_retries, started=plan.started, phases=phases)
 
 
+def _checked_inside(plan: _WritePlan, batches: Iterator[pa.RecordBatch], where: str) -> Iterator[pa.RecordBatch]:
+    """Executor side of replaceWhere: each batch, as it streams by, must match ``where``."""
+    from lancepart.write.merge import check_inside
+    from lancepart.write.plan import conform
+
+    schema = pa.ipc.read_schema(pa.py_buffer(plan.schema_bytes))
+    for batch in batches:
+        check_inside(conform(batch, schema), where)
+        yield batch
+
+
+def _publish_replace_where(plan: _WritePlan, messages, where: str, batch_id: str | None,
+                           phases: dict[str, Any]) -> CommitResult:
+    """Driver side of replaceWhere: the tasks' fragments and the deletions of the rows matching
+    ``where``, in one publish (:func:`lancepart.write.merge.replace_where`)."""
+    from lancepart.namespace import PartitionedNamespace
+    from lancepart.spark.write import table_writes
+    from lancepart.write.create import create_tables
+    from lancepart.write.merge import replace_where
+
+    ns = PartitionedNamespace.open(plan.root, storage_options=plan.so)
+    writes = list(table_writes([r for m in messages if m is not None for r in m.rows]).values())
+    create_tables(plan.root, pa.ipc.read_schema(pa.py_buffer(plan.schema_bytes)), writes, plan.so)
+    return replace_where(ns, None, where, batch_id=batch_id, max_retries=plan.max_retries, written=writes,
+                         started=plan.started, phases={"tasks": len(messages), **phases})
+
+
 class LancepartWriter(DataSourceArrowWriter):
     """Batch writes: ``write`` on the executors, ``commit``/``abort`` on the driver."""
 
@@ -336,6 +363,10 @@ class LancepartWriter(DataSourceArrowWriter):
                 check_batch_id(self.batch_id)
             except InvalidArgumentError as e:
                 raise InvalidArgumentError(f"option 'batch_id': {e}") from None
+        # replaceWhere (Delta's option): the rows matching it are replaced by the input (docs/merge.md)
+        self.where = next((v for k, v in self.options.items() if k.lower() == "replacewhere"), None)
+        if self.where is not None and self.mode != "overwrite":
+            raise InvalidArgumentError("option 'replaceWhere' replaces the rows it matches: use mode('overwrite')")
         self.plan, ns = _plan_write(self.options, schema)
         self.skipped = None
         if self.batch_id is not None:  # a rerun of a published batch: no task writes anything
@@ -344,6 +375,8 @@ class LancepartWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FragmentsMessage:
         if self.skipped is not None:
             return FragmentsMessage()
+        if self.where is not None:
+            iterator = _checked_inside(self.plan, iterator, self.where)
         return FragmentsMessage(_write_fragments(self.plan, iterator, self.plan.existing, self.plan.job_id))
 
     def commit(self, messages) -> None:
@@ -352,7 +385,10 @@ class LancepartWriter(DataSourceArrowWriter):
         else:
             # from the driver's planning to the last task's end
             phases = {"write_s": round(time.monotonic() - self.plan.started, 3)}
-            result = _publish(self.plan, messages, mode=self.mode, batch_id=self.batch_id, phases=phases)
+            if self.where is not None:
+                result = _publish_replace_where(self.plan, messages, self.where, self.batch_id, phases)
+            else:
+                result = _publish(self.plan, messages, mode=self.mode, batch_id=self.batch_id, phases=phases)
         _keep_result(self.plan.root, result, self.options)
 
     def abort(self, messages) -> None:

@@ -220,13 +220,8 @@ def write(
                              started=started, phases=phases)
 
 
-def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, batch_id: str | None,
-                      max_retries: int, started: float, phases: dict[str, Any]) -> CommitResult:
-    """The driver's part after the tasks: ``rows`` are what :func:`_write_task` returned (Spark
-    rows or dicts with the same keys); create the new partitions' tables, publish everything in
-    one ``__manifest`` commit and log the result. Shared by :func:`write` and the ``lancepart``
-    data source (:mod:`lancepart.spark.datasource`)."""
-    faults.checkpoint("after_fragments")
+def table_writes(rows) -> dict[str, TableWrite]:
+    """One :class:`TableWrite` per partition table from the rows :func:`_write_task` returned."""
     writes: dict[str, TableWrite] = {}
     for r in rows:
         w = writes.setdefault(r["object_id"], TableWrite(r["object_id"], r["location"]))
@@ -234,6 +229,17 @@ def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, bat
         w.rows += r["num_rows"]
         if r["keys"] is not None and w.keys is None:  # a new partition: its values, to add its rows
             w.keys = pa.ipc.open_stream(r["keys"]).read_all()
+    return writes
+
+
+def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, batch_id: str | None,
+                      max_retries: int, started: float, phases: dict[str, Any]) -> CommitResult:
+    """The driver's part after the tasks: ``rows`` are what :func:`_write_task` returned (Spark
+    rows or dicts with the same keys); create the new partitions' tables, publish everything in
+    one ``__manifest`` commit and log the result. Shared by :func:`write` and the ``lancepart``
+    data source (:mod:`lancepart.spark.datasource`)."""
+    faults.checkpoint("after_fragments")
+    writes = table_writes(rows)
     t = time.monotonic()
     # each new partition's table is created with every task's fragments, and published (or, if
     # another writer published the partition first, its rows moved there) by the publish below

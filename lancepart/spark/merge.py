@@ -1,0 +1,181 @@
+"""Spark front end of merge (:mod:`lancepart.write.merge`): ``lps.merge(df, root, on=[...])``.
+
+The driver collects the input's key columns only (refusing NULL and duplicate keys there) and
+ships them to the executors. Each partition table's match (read its published version's key
+columns, hash-join them with the keys) and, for ``when_matched="update"``, its deletion files
+run in a Spark task, one table per item, which returns the deletions and the matched input row
+numbers. The driver refuses a key matching several rows, then one ``mapInArrow`` pass over the
+input keeps the rows to write (matched keys when updating, the others when inserting) and
+writes them with the very task function of ``lps.write`` into their partitions. The driver
+commits each touched table (deletions and new fragments in one version) and publishes in ONE
+``__manifest`` commit with the same code as ``ns.merge``; when a table the merge read moved
+meanwhile, the match runs again in a new Spark job on the moved tables only and the rows are
+written again. The input is cached for the duration (it is read once for the keys and once per
+attempt for the rows).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lancepart.manifest import ManifestSnapshot
+from lancepart.namespace import PartitionedNamespace
+from lancepart.results import CommitResult
+from lancepart.spark.datasource import register
+from lancepart.spark.tasks import options_value, spark_action
+from lancepart.spark.workers import check_workers
+from lancepart.spark.write import (
+    FRAGMENT_ROW_SCHEMA,
+    _arrow_schema_of,
+    _ipc,
+    _released,
+    _write_task,
+    existing_tables,
+    table_writes,
+)
+from lancepart.spec import schema_to_json
+from lancepart.write.create import create_tables
+from lancepart.write.merge import (
+    Deletions,
+    Evaluation,
+    MergePlan,
+    apply_change,
+    check_keys,
+    check_merge_args,
+    partition_tables,
+)
+from lancepart.write.plan import check_schema
+from lancepart.write.publish import fragments_from_json
+
+log = logging.getLogger("lancepart.spark")
+
+
+def _read_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def _match_task(root: str, schema_json: str, keys: Any, on: Sequence[str], delete: bool, storage_options: Any):
+    """The executor function: ``[object_id, location, base]`` in, the table's deletions and
+    matched input row numbers out (JSON)."""
+
+    def run(item: str) -> str:
+        from lancepart.spec import schema_from_json
+        from lancepart.write.merge import merge_in_table
+
+        oid, location, base = json.loads(item)
+        d, rows = merge_in_table(root, oid, location, base, _read_ipc(keys.value), on, schema_from_json(schema_json),
+                                 options_value(storage_options), delete)
+        return json.dumps({"object_id": oid, "location": location, "base": base, "rows": d.rows,
+                           "updated": [f.to_json() for f in d.updated], "removed": list(d.removed),
+                           "matched": rows.tolist()})
+
+    return run
+
+
+def keep_rows(batch: pa.RecordBatch, matched: pa.Table, on: Sequence[str], types: Mapping[str, pa.DataType],
+              update: bool, insert: bool) -> pa.RecordBatch:
+    """The rows of ``batch`` a merge writes: those whose key is in ``matched`` when ``update``,
+    the others when ``insert`` (vectorised: a set lookup, or a hash join for several columns)."""
+    if update and insert:
+        return batch
+    n = batch.num_rows
+    if len(on) == 1:
+        hit = pc.fill_null(pc.is_in(batch.column(on[0]).cast(types[on[0]]), value_set=matched.column(on[0])), False)
+    else:
+        probe = pa.table({**{c: batch.column(c).cast(types[c]) for c in on}, "__i": pa.array(np.arange(n))})
+        found = probe.join(matched, keys=list(on), join_type="inner").column("__i").to_numpy()
+        mask = np.zeros(n, dtype=bool)
+        mask[found] = True
+        hit = pa.array(mask)
+    return batch.filter(hit if update else pc.invert(hit))
+
+
+def _merge_write_task(matched: bytes, on: Sequence[str], update: bool, insert: bool, write_task):
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keys = _read_ipc(matched)
+        types = {c: keys.schema.field(c).type for c in on}
+        yield from write_task(keep_rows(b, keys, on, types, update, insert) for b in batches)
+
+    return run
+
+
+def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_not_matched: str = "insert", *,
+          batch_id: str | None = None, storage_options: Mapping[str, str] | None = None, max_retries: int = 20,
+          flush_rows: int = 1_000_000, max_rows_per_file: int = 1_048_576) -> CommitResult:
+    """Upsert the Spark DataFrame ``df`` into the namespace at ``root`` by the key columns ``on``
+    (same semantics, errors and result as ``ns.merge``), the per-table work on the executors.
+
+    >>> # from lancepart import spark as lps; lps.merge(changes, "/data/events", on=["id"])
+    """
+    spark = df.sparkSession
+    register(spark, strict=False)
+    started = time.monotonic()
+    ns = PartitionedNamespace.open(root, storage_options=storage_options)
+    schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
+    input_schema = _arrow_schema_of(df)
+    check_schema(input_schema, schema)  # before any byte is written
+    on = check_merge_args(schema, on, when_matched, when_not_matched, input_schema.names)
+    check_workers(spark)
+    update, insert = when_matched == "update", when_not_matched == "insert"
+    schema_json = json.dumps(schema_to_json(schema), separators=(",", ":"))
+    phases: dict[str, Any] = {"spark_jobs": 0}
+    cached = not df.is_cached
+    if cached:
+        df.persist()
+    sc = spark.sparkContext
+    with _released(df, cached):
+        t = time.monotonic()
+        keys = df.select(*on).toArrow()
+        keys = pa.table({c: keys.column(c).cast(schema.field(c).type) for c in on})
+        check_keys(keys, on)
+        phases["keys_s"] = round(time.monotonic() - t, 3)
+        shipped_keys: list[Any] = []
+
+        def match_tables(snapshot_version: int, todo: Sequence[tuple[str, str, int]]
+                         ) -> list[tuple[Deletions, np.ndarray]]:
+            if not shipped_keys:
+                shipped_keys.append(sc.broadcast(_ipc(plan.keys)))
+            items = [json.dumps(list(item)) for item in todo]
+            tasks = min(len(items), 4 * sc.defaultParallelism)
+            with spark_action(spark, manifest.storage_options) as shipped:
+                out = sc.parallelize(items, tasks).map(
+                    _match_task(manifest.root, schema_json, shipped_keys[0], on, update, shipped)).collect()
+            phases["spark_jobs"] += 1
+            parsed = [json.loads(o) for o in out]
+            return [(Deletions(p["object_id"], p["location"], p["base"], fragments_from_json(p["updated"]),
+                               p["removed"], p["rows"]), np.asarray(p["matched"], dtype=np.int64)) for p in parsed]
+
+        def write(ev: Evaluation, snap: ManifestSnapshot):
+            if not (update and ev.matched.num_rows) and not (insert and ev.matched.num_rows < plan.keys.num_rows):
+                return [], 0
+            with spark_action(spark, manifest.storage_options) as shipped:
+                task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(),
+                                   existing_tables(snap, spec.namespace), uuid.uuid4().hex, shipped, flush_rows,
+                                   max_rows_per_file)
+                rows = df.mapInArrow(_merge_write_task(_ipc(ev.matched), on, update, insert, task),
+                                     FRAGMENT_ROW_SCHEMA).collect()
+            phases["spark_jobs"] += 1
+            writes = list(table_writes(rows).values())
+            create_tables(manifest.root, schema, writes, manifest.storage_options)
+            return writes, 0
+
+        plan = MergePlan(keys, on, when_matched, when_not_matched, match_tables)
+        try:
+            result = apply_change(ns, plan.evaluate, partition_tables, what="merge", batch_id=batch_id,
+                                  max_retries=max_retries, max_rows_per_file=max_rows_per_file, write=write,
+                                  started=started, phases=phases)
+        finally:
+            for b in shipped_keys:
+                b.destroy()
+    log.info("spark merge on %s: %d updated, %d inserted", ns.root, result.details.get("rows_updated", 0),
+             result.details.get("rows_inserted", 0))
+    return result

@@ -1,0 +1,625 @@
+"""Merge (upsert) and replace-where: rows removed from published partition tables and rows
+written, in ONE ``__manifest`` commit (docs/merge.md).
+
+Both are a *change*: evaluated on one ``__manifest`` snapshot, it is
+
+* the deletions, per partition table, on its published ``read_version`` (Lance deletion
+  files, as :mod:`lancepart.maintenance.delete` makes them): the old versions of the merged
+  keys, or the rows the replace-where filter matches;
+* the rows to write (the new versions of matched keys and the inserts, or the replace-where
+  input), planned, partitioned and written as fragments by the write path
+  (:mod:`lancepart.write.plan`, :mod:`lancepart.write.create`) into their partitions, which may
+  be other partitions than the old rows' (a merge that changes a partition source moves the
+  row) or new ones;
+* the *candidates*: every partition table the evaluation read (merge: every partition table of
+  the snapshot; replace-where: those the pruner keeps for the filter), with the version it read.
+
+Each touched table then gets ONE Lance version (``LanceOperation.Update`` with the updated
+fragments, the fragments whose every row goes removed, and the new fragments) on top of its
+published version, built by :func:`lancepart.write.tables.commit_exactly` like every table
+commit, and one ``__manifest`` commit moves every ``read_version`` and adds the new partitions.
+
+Conflicts: the ``__manifest`` commit is optimistic. When it conflicts, the new snapshot is
+compared with the candidates: if one of them moved (a concurrent append, delete, merge or
+compaction published first) or a new table appeared among them, the WHOLE change is evaluated
+again on the new snapshot, so a key inserted and published concurrently is updated rather than
+inserted twice, a row deleted concurrently is not resurrected, and an update published first is
+not lost: it is the one this merge overwrites (last publish wins, as in a serial run). When no
+candidate moved, only the tables the change appends to and nobody read are committed again on
+their new published version (an append commutes). After ``max_retries`` redos,
+:class:`~lancepart.errors.CommitConflictError` and nothing published.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata
+
+from lancepart import ids as _ids
+from lancepart.errors import (
+    AmbiguousMatchError,
+    CommitConflictError,
+    DuplicateKeyError,
+    InvalidArgumentError,
+    InvalidFilterError,
+    LancepartError,
+    PartitionPinnedError,
+    RowsOutsideFilterError,
+)
+from lancepart.ids import check_location
+from lancepart.manifest import (
+    OPERATION_PROPERTY,
+    PARTITIONS_PROPERTY,
+    ROWS_PROPERTY,
+    Manifest,
+    ManifestChanges,
+    ManifestConflict,
+    ManifestSnapshot,
+    backoff,
+    join_uri,
+)
+from lancepart.parallel import map_threads
+from lancepart.results import CommitResult
+from lancepart.write import batches, faults
+from lancepart.write.create import NewTables, create_table_with
+from lancepart.write.guard import check_files_present, commit_on_published
+from lancepart.write.plan import check_schema, conform, group_rows, partition_values
+from lancepart.write.publish import TableWrite, already_published
+from lancepart.write.reserve import remove_table_dir, reserve_partitions
+from lancepart.write.tables import _ident, commit_exactly
+
+if TYPE_CHECKING:
+    from lancepart.namespace import PartitionedNamespace
+
+log = logging.getLogger("lancepart.write")
+_ADDR = "_rowaddr"
+_ROW = "__lancepart_merge_row"
+WHEN_MATCHED = ("update", "ignore")
+WHEN_NOT_MATCHED = ("insert", "ignore")
+
+# object_id -> (location, read_version, read_branch, read_tag) of the tables an evaluation read
+Candidates = dict[str, tuple[str, int | None, str | None, str | None]]
+
+
+@dataclass
+class Deletions:
+    """Rows removed from one partition table's published version ``base``, not committed yet:
+    ``updated`` fragments carry their new deletion file, ``removed`` fragments lose every row."""
+
+    object_id: str
+    location: str
+    base: int
+    updated: list[FragmentMetadata] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+    rows: int = 0
+
+
+@dataclass
+class Evaluation:
+    """A change evaluated on one snapshot (see the module docstring)."""
+
+    candidates: Candidates
+    deletions: dict[str, Deletions]
+    rows: pa.Table | None  # conformed to the namespace schema; None: written elsewhere (Spark tasks)
+    details: dict[str, Any]
+    matched: pa.Table | None = None  # merge: the input keys that matched a published row
+
+
+class _Stale(Exception):
+    """Internal: a table the evaluation read moved; evaluate the change again."""
+
+
+def commit_change(uri: str, base_version: int | None, updated: Sequence[FragmentMetadata], removed_ids: Sequence[int],
+                  new_fragments: Sequence[FragmentMetadata], storage_options: Mapping[str, str] | None = None,
+                  max_attempts: int = 40) -> int:
+    """Commit, on top of ``base_version``, ONE version whose fragments are the base's with
+    ``updated`` (same ids, a new deletion file) in their place, without ``removed_ids``, plus
+    ``new_fragments``; return it. The loop and its guarantees are
+    :func:`lancepart.write.tables.commit_exactly`'s (foreign fragments removed, the base restored
+    first when an unpublished commit altered it, the version made checked to be exactly that).
+
+    >>> # commit_change(uri, 4, [frag_with_deletions], [7], new_frags)   # -> 5
+    """
+    so = dict(storage_options) if storage_options else None
+    base = {_ident(f.metadata): f.fragment_id for f in lance.dataset(uri, version=base_version,
+                                                                      storage_options=so).get_fragments()}
+    changed = {f.id for f in updated} | set(removed_ids)
+    mine = {_ident(f) for f in new_fragments}
+    wanted = ({ident for ident, fid in base.items() if fid not in changed} | {_ident(f) for f in updated} | mine)
+
+    def update(have: Mapping[Any, int]) -> LanceOperation.Update:
+        remove = [fid for ident, fid in have.items()
+                  if ident not in wanted and (fid in removed_ids or fid not in changed)]
+        return LanceOperation.Update(removed_fragment_ids=remove,
+                                     updated_fragments=[f for f in updated if _ident(f) not in have],
+                                     new_fragments=[f for f in new_fragments if _ident(f) not in have])
+
+    return commit_exactly(uri, base_version, set(base), wanted, update, so, f"partition table {uri} (merge)",
+                          max_attempts=max_attempts)
+
+
+def partition_tables(snap: ManifestSnapshot, object_ids: set[str] | None = None) -> Candidates:
+    """The partition tables of ``snap`` (those in ``object_ids`` only, when given) as candidates."""
+    from lancepart.namespace import _partition_spec_id
+
+    pins = snap.table_pins().select(["object_id", "location", "read_version", "read_branch", "read_tag"])
+    return {r["object_id"]: (r["location"], r["read_version"], r["read_branch"], r["read_tag"])
+            for r in pins.to_pylist()
+            if _partition_spec_id(r["object_id"]) is not None and (object_ids is None or r["object_id"] in object_ids)}
+
+
+def _check_main(candidates: Candidates, what: str) -> None:
+    for oid, (_, version, branch, tag) in candidates.items():
+        if branch is not None or tag is not None:
+            raise PartitionPinnedError(
+                f"partition table {oid} may hold rows the {what} changes but is pinned to branch={branch!r} "
+                f"tag={tag!r}; lancepart changes main only; unpin it first; nothing was published")
+        if version is None:
+            raise InvalidArgumentError(f"partition table {oid} is declared without a read_version; nothing was "
+                                       f"published")
+
+
+def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Table, max_rows_per_file: int,
+               max_retries: int) -> tuple[list[TableWrite], int]:
+    """``rows`` written as fragments into their partitions, as :mod:`lancepart.write.local`
+    writes a table in one pass: into the partition's table, or a new table created with them
+    (published by :class:`NewTables`); ``(writes, reservation retries)``."""
+    if not rows.num_rows:
+        return [], 0
+    so = manifest.storage_options
+    groups = group_rows(partition_values(rows, ns_spec, schema), ns_spec.id)
+    oids = groups.table_object_ids
+    res = reserve_partitions(manifest, ns_spec, list(groups.key_arrays), schema, max_retries=max_retries,
+                             create_missing=False)
+    writes = [TableWrite(oid, _ids.table_location(oid), keys=groups.keys.slice(i, 1)) if ref is None
+              else TableWrite(ref.object_id, ref.location) for i, (oid, ref) in enumerate(zip(oids, res.tables,
+                                                                                          strict=True))]
+
+    def one(item: tuple[TableWrite, pa.Table]) -> list[FragmentMetadata]:
+        w, part = item
+        if w.keys is not None:
+            frags, w.created = create_table_with(part, manifest.root, w.location, schema, max_rows_per_file, so)
+        else:
+            frags = lance.fragment.write_fragments(part, join_uri(manifest.root, w.location),
+                                                   max_rows_per_file=max_rows_per_file, storage_options=so)
+        faults.checkpoint("after_fragments")
+        return frags
+
+    items = list(zip(writes, groups.rows(rows), strict=True))
+    for (w, part), frags in zip(items, map_threads(one, items), strict=True):
+        w.fragments, w.rows = list(frags), part.num_rows
+    return writes, res.retries
+
+
+# writes the rows of an evaluation (taken on the snapshot given): (table writes, reservation retries)
+WriteRows = Callable[[Evaluation, ManifestSnapshot], tuple[list[TableWrite], int]]
+
+
+def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot], Evaluation],
+                 candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None = None,
+                 max_retries: int = 20, max_rows_per_file: int = 1_048_576, write: WriteRows | None = None,
+                 fixed_writes: bool = False, started: float | None = None, phases: dict[str, Any] | None = None
+                 ) -> CommitResult:
+    """Evaluate a change on the latest snapshot, write its rows, commit each touched table and
+    publish everything in one ``__manifest`` commit; evaluate again when a candidate moved.
+
+    ``write`` writes the rows elsewhere (``lancepart.spark.merge``: in Spark tasks); default
+    :func:`write_rows` on local threads. ``fixed_writes``: ``write`` returns the same writes on
+    every attempt (rows written once, before the change: the data source's replaceWhere), so
+    the tables they created are kept for the next attempt (adopted there if needed)."""
+    started = time.monotonic() if started is None else started
+    manifest, schema, spec = ns.manifest, ns.schema, ns.current_spec
+    if batch_id is not None:
+        batches.check_batch_id(batch_id)
+        if (done := already_published(manifest, manifest.snapshot(), batch_id, started)) is not None:
+            return done
+    retries = 0
+    for attempt in range(max_retries + 1):
+        snap = manifest.snapshot()
+        t = time.monotonic()
+        try:
+            ev = evaluate(snap)
+        except ManifestConflict as e:  # a published version it read was cleaned up; __manifest moved on
+            if attempt == max_retries:
+                raise CommitConflictError(f"{what}: {e}; nothing was published") from None
+            retries += 1
+            backoff(attempt, 0.05, 2.0)
+            continue
+        evaluate_s = time.monotonic() - t
+        faults.checkpoint("after_plan")
+        t = time.monotonic()
+        writes, reserve_retries = (write(ev, snap) if write is not None else
+                                   write_rows(manifest, spec, schema, ev.rows, max_rows_per_file, max_retries))
+        write_s = time.monotonic() - t
+        retries += reserve_retries
+        try:
+            snap2, outcome, commit_retries = _publish(manifest, spec, schema, ev, writes, candidates, what=what,
+                                                      batch_id=batch_id, max_retries=max_retries)
+        except _Stale as e:
+            for w in [] if fixed_writes else writes:  # tables this attempt created: referenced by nothing
+                if w.created is not None:
+                    remove_table_dir(manifest.root, w.location, manifest.storage_options)
+            if attempt == max_retries:
+                raise CommitConflictError(f"{what}: evaluated {max_retries + 1} times, each time a partition table "
+                                          f"it read was changed by a concurrent publish first ({e}); nothing was "
+                                          f"published") from None
+            log.info("%s: %s; evaluating again on the new snapshot", what, e)
+            retries += 1
+            backoff(attempt, 0.05, 2.0)
+            continue
+        retries += commit_retries
+        break
+    skip, by_oid, deletions = outcome
+    if skip is not None:
+        for w in writes:
+            if w.created is not None:
+                remove_table_dir(manifest.root, w.location, manifest.storage_options)
+        return CommitResult(manifest_version=max(snap2.version, skip.manifest_version), batch_id=batch_id,
+                            skipped=True, seconds=round(time.monotonic() - started, 3),
+                            details=batches.result_details(skip, batches.batch_id_retention(snap2.metadata)))
+    touched = set(by_oid) | set(deletions)
+    if touched:
+        faults.checkpoint("after_manifest_commit")
+        if batch_id is not None or batches.index_exists(manifest):
+            batches.index_quietly(manifest, snap2.version)
+        manifest.protect(snap2.metadata)
+    result = CommitResult(
+        manifest_version=snap2.version, rows_written=sum(w.rows for w in by_oid.values()),
+        partitions_touched=len(touched), partitions_created=sum(1 for w in writes if w.created is not None),
+        retries=retries, batch_id=batch_id, seconds=round(time.monotonic() - started, 3),
+        details={**ev.details, "rows_deleted": sum(d.rows for d in deletions.values()),
+                 "evaluate_s": round(evaluate_s, 3), "write_s": round(write_s, 3), **(phases or {})},
+    )
+    if batch_id is not None:
+        result.details.update(batches.result_details(None, batches.batch_id_retention(snap2.metadata)))
+    log.info("%s published %d rows, removed %d, %d partitions (manifest version %d)", what, result.rows_written,
+             result.details["rows_deleted"], len(touched), snap2.version)
+    return result
+
+
+def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, writes: list[TableWrite],
+             candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None,
+             max_retries: int) -> tuple[ManifestSnapshot, Any, int]:
+    by_oid = {w.object_id: w for w in writes}
+    deletions = {oid: d for oid, d in ev.deletions.items() if d.updated or d.removed}
+    new_tables = NewTables(manifest, spec, schema)
+    done: dict[str, tuple[int | None, int]] = {}  # object_id -> (published version built on, our version)
+    skipped: dict[str, Any] = {"value": None}
+
+    def mutate(snap: ManifestSnapshot):
+        skipped["value"] = None
+        if batch_id is not None and (found := batches.find_batch(manifest, batch_id, snap)) is not None:
+            skipped["value"] = found
+            return None, None
+        now = candidates(snap)
+        if now != ev.candidates:
+            moved = sorted(o for o in set(now) | set(ev.candidates) if now.get(o) != ev.candidates.get(o))
+            raise _Stale(f"{len(moved)} partition table(s) it read changed, e.g. {moved[0]}")
+        if not by_oid and not deletions:
+            return None, None
+        added, _ = new_tables.rows(snap, by_oid)  # may move rows into a table published first and rebase
+        existing = sorted({o for o, w in by_oid.items() if w.created is None} | set(deletions))
+        current = {r["object_id"]: r for r in snap.lookup(existing).select(
+            ["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist()}
+        todo = []
+        for oid in existing:
+            row = current.get(oid)
+            if row is None:
+                raise CommitConflictError(f"partition table {oid} was removed from __manifest (dropped) while this "
+                                          f"{what} ran; nothing was published; run it again")
+            if row["read_branch"] is not None or row["read_tag"] is not None:
+                raise PartitionPinnedError(f"partition table {oid} is pinned to branch={row['read_branch']!r} "
+                                           f"tag={row['read_tag']!r}; lancepart changes main only; nothing was "
+                                           f"published")
+            if oid in deletions and deletions[oid].base != row["read_version"]:  # candidates did not move
+                raise LancepartError(f"{oid}: deletions evaluated on version {deletions[oid].base}, published is "
+                                     f"{row['read_version']}")
+            if oid not in done or done[oid][0] != row["read_version"]:
+                todo.append((oid, row["location"], row["read_version"]))
+
+        def commit_one(item: tuple[str, str, int | None]) -> int:
+            oid, location, published = item
+            d = deletions.get(oid)
+            w = by_oid.get(oid)
+            uri = join_uri(manifest.root, check_location(location, oid, manifest.root))
+            version = commit_on_published(manifest, snap.version, oid, location, published, lambda: commit_change(
+                uri, published, d.updated if d else [], d.removed if d else [], w.fragments if w else [],
+                manifest.storage_options))
+            if published is not None and version <= published:
+                raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
+            faults.checkpoint("after_table_commit")
+            return version
+
+        for (oid, _, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
+            done[oid] = (published, version)
+        faults.checkpoint("after_table_commits")
+        check_files_present(manifest.root, [(o, current[o]["location"], done[o][1], by_oid[o].fragments
+                                             if o in by_oid else []) for o in existing]
+                            + [(o, w.location, None, w.fragments) for o, w in by_oid.items() if w.created is not None],
+                            manifest.storage_options)
+        upserts = snap.read_version_changes({o: done[o][1] for o in existing}).upserts
+        if added is not None:
+            upserts = pa.concat_tables([upserts, added.select(upserts.schema.names).cast(upserts.schema)])
+        faults.checkpoint("before_manifest_commit")
+        return ManifestChanges(upserts=upserts), None
+
+    props = {OPERATION_PROPERTY: what, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
+             PARTITIONS_PROPERTY: str(len(set(by_oid) | set(deletions))),
+             **(batches.transaction_properties(batch_id) if batch_id is not None else {})}
+    snap, _, retries = manifest.update(mutate, max_retries=max_retries, what=what, transaction_properties=props)
+    return snap, (skipped["value"], by_oid, deletions), retries
+
+
+# ---------------------------------------------------------------------------------------- merge
+def _read_input(data: Any, schema: pa.Schema) -> pa.Table:
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    elif isinstance(data, pa.RecordBatchReader):
+        data = data.read_all()
+    if not isinstance(data, pa.Table):
+        raise InvalidArgumentError(f"data must be a pa.Table, pa.RecordBatch or pa.RecordBatchReader, "
+                                   f"got {type(data).__name__}")
+    check_schema(data.schema, schema)  # before any byte is written
+    return conform(data, schema)
+
+
+def _show(table: pa.Table, i: int, columns: Sequence[str]) -> str:
+    row = table.select(list(columns)).slice(i, 1).to_pylist()[0]
+    return ", ".join(f"{c}={v!r}" for c, v in row.items())
+
+
+def check_keys(rows: pa.Table, on: Sequence[str]) -> None:
+    """Refuse NULL keys and keys present twice in ``rows`` (typed, naming one key)."""
+    for c in on:
+        nulls = rows.column(c).null_count
+        if nulls:
+            raise InvalidArgumentError(f"merge key column {c!r} is NULL in {nulls} input row(s) (first at row "
+                                       f"{pc.index(pc.is_null(rows.column(c)), True).as_py()}); a NULL key matches "
+                                       f"nothing; nothing was published")
+    counts = rows.select(list(on)).group_by(list(on)).aggregate([([], "count_all")])
+    dup = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if dup.num_rows:
+        raise DuplicateKeyError(f"merge input holds {dup.num_rows} key(s) of {list(on)} more than once, e.g. "
+                                f"({_show(dup, 0, on)}) {dup.column('count_all')[0].as_py()} times; one row per key "
+                                f"expected; nothing was published")
+
+
+def match_table(ds: lance.LanceDataset, keys: pa.Table, on: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """The rows of ``ds`` (a partition table at its published version) whose key is in ``keys``
+    (the input keys with their input row number ``_ROW``): ``(on..., _rowaddr, _ROW)``. Only the
+    key columns are read; the match is a set lookup (one column) or an Arrow hash join."""
+    empty = pa.table({**{c: pa.array([], schema.field(c).type) for c in on}, _ADDR: pa.array([], pa.uint64()),
+                      _ROW: pa.array([], pa.int64())})
+    if any(c not in ds.schema.names for c in on):  # a key column added after this table was written: NULL
+        return empty
+    published = ds.to_table(columns=list(on), with_row_address=True)
+    if not published.num_rows:
+        return empty
+    published = pa.table({**{c: published.column(c).cast(schema.field(c).type) for c in on},
+                          _ADDR: published.column(_ADDR)})
+    if len(on) == 1:  # one column: a set lookup, then the input row numbers by index_in
+        hit = published.filter(pc.fill_null(pc.is_in(published.column(on[0]), value_set=keys.column(on[0])), False))
+        rownum = pc.take(keys.column(_ROW), pc.index_in(hit.column(on[0]), value_set=keys.column(on[0])))
+        return hit.append_column(_ROW, rownum)
+    return published.join(keys, keys=list(on), join_type="inner").select([*on, _ADDR, _ROW])
+
+
+def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa.Table, on: Sequence[str],
+                   schema: pa.Schema, storage_options: Mapping[str, str] | None, delete: bool
+                   ) -> tuple[Deletions, np.ndarray]:
+    """One partition table's part of a merge on its published version ``base``: the input row
+    numbers whose key it holds and, with ``delete``, those rows' deletion files (not committed).
+    The same function runs on local threads and in Spark tasks."""
+    from lancepart.maintenance.delete import deletion_files
+
+    so = dict(storage_options) if storage_options else None
+    ds = lance.dataset(join_uri(root, check_location(location, object_id, root)), version=base, storage_options=so)
+    m = match_table(ds, keys, on, schema)
+    d = Deletions(object_id, location, base)
+    if m.num_rows and delete:
+        d.updated, d.removed = deletion_files(ds, m.column(_ADDR).to_numpy().astype(np.uint64))
+        d.rows = m.num_rows
+    return d, m.column(_ROW).to_numpy().astype(np.int64)
+
+
+# runs merge_in_table for each (object_id, location, base) of a snapshot (its version given): local
+# threads, or Spark tasks
+MatchTables = Callable[[int, Sequence[tuple[str, str, int]]], list[tuple[Deletions, np.ndarray]]]
+
+
+def check_merge_args(schema: pa.Schema, on: Sequence[str] | str, when_matched: str, when_not_matched: str,
+                     input_names: Sequence[str] | None) -> list[str]:
+    """The key columns, once each; typed errors for unknown modes and key columns."""
+    on = [on] if isinstance(on, str) else list(dict.fromkeys(on or []))
+    if not on:
+        raise InvalidArgumentError("merge needs the key columns: on=['id', ...]")
+    if when_matched not in WHEN_MATCHED:
+        raise InvalidArgumentError(f"when_matched must be one of {WHEN_MATCHED}, got {when_matched!r}")
+    if when_not_matched not in WHEN_NOT_MATCHED:
+        raise InvalidArgumentError(f"when_not_matched must be one of {WHEN_NOT_MATCHED}, got {when_not_matched!r}")
+    missing = [c for c in on if c not in schema.names]
+    if missing:
+        raise InvalidArgumentError(f"merge key column(s) {missing} are not in the namespace schema "
+                                   f"({schema.names}); nothing was published")
+    if input_names is not None and (absent := [c for c in on if c not in input_names]):
+        raise InvalidArgumentError(f"merge key column(s) {absent} are not in the input; nothing was published")
+    return on
+
+
+class MergePlan:
+    """A merge's evaluation on a snapshot (:meth:`evaluate`), with the per-table results of
+    earlier attempts kept: a re-evaluation reads again only the tables whose version moved."""
+
+    def __init__(self, keys: pa.Table, on: Sequence[str], when_matched: str, when_not_matched: str,
+                 match_tables: MatchTables, rows: pa.Table | None = None) -> None:
+        self.keys = keys.select(list(on)).append_column(_ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        self.on, self.when_matched, self.when_not_matched = list(on), when_matched, when_not_matched
+        self.match_tables, self.rows = match_tables, rows
+        self.cache: dict[tuple[str, int], tuple[Deletions, np.ndarray]] = {}
+
+    def evaluate(self, snap: ManifestSnapshot) -> Evaluation:
+        cands = partition_tables(snap)
+        _check_main(cands, "merge")
+        todo = [(oid, loc, v) for oid, (loc, v, _, _) in cands.items() if (oid, v) not in self.cache]
+        for (oid, _, v), out in zip(todo, self.match_tables(snap.version, todo) if todo else [], strict=True):
+            self.cache[(oid, v)] = out
+        per_table = {oid: self.cache[(oid, v)] for oid, (_, v, _, _) in cands.items() if len(self.cache[(oid, v)][1])}
+        n = self.keys.num_rows
+        matched = np.zeros(n, dtype=bool)
+        if per_table:
+            all_rows = np.concatenate([r for _, r in per_table.values()])
+            counts = np.bincount(all_rows, minlength=n)
+            if (counts > 1).any():
+                i = int(np.flatnonzero(counts > 1)[0])
+                where = sorted(oid for oid, (_, r) in per_table.items() if (r == i).any())
+                raise AmbiguousMatchError(
+                    f"merge key ({_show(self.keys, i, self.on)}) matches {int(counts[i])} published rows (partition "
+                    f"tables {where}); {int((counts > 1).sum())} key(s) match several rows; a key must identify at "
+                    f"most one row; nothing was published")
+            matched[all_rows] = True
+        update, insert = self.when_matched == "update", self.when_not_matched == "insert"
+        take = (matched if update else np.zeros(n, dtype=bool)) | (~matched if insert else np.zeros(n, dtype=bool))
+        deletions = {oid: d for oid, (d, _) in per_table.items() if update}
+        n_matched = int(matched.sum())
+        details = {"on": self.on, "rows_matched": n_matched, "rows_updated": n_matched if update else 0,
+                   "rows_inserted": n - n_matched if insert else 0}
+        rows = self.rows.filter(pa.array(take)) if self.rows is not None else None
+        return Evaluation(cands, deletions, rows, details, matched=self.keys.select(self.on).filter(pa.array(matched)))
+
+
+def merge(ns: PartitionedNamespace, data: Any, on: Sequence[str], when_matched: str = "update",
+          when_not_matched: str = "insert", *, batch_id: str | None = None, max_retries: int = 20,
+          max_rows_per_file: int = 1_048_576) -> CommitResult:
+    """Upsert ``data`` by the key columns ``on`` in one publish: a published row whose key is in
+    the input is replaced by the input row (``when_matched="update"``; ``"ignore"`` keeps it and
+    drops the input row), even when the new row belongs to another partition; an input row
+    whose key is not published is inserted (``when_not_matched="insert"``; ``"ignore"`` drops
+    it). ``details``: ``rows_updated``, ``rows_inserted``.
+
+    >>> # merge(ns, changes, on=["id"]).details["rows_updated"]
+    """
+    ns.refresh()
+    schema, manifest = ns.schema, ns.manifest
+    names = data.schema.names if isinstance(data, pa.Table | pa.RecordBatch) else None
+    on = check_merge_args(schema, on, when_matched, when_not_matched, names)
+    rows = _read_input(data, schema)
+    check_keys(rows, on)
+
+    def match_tables(snapshot_version: int, todo: Sequence[tuple[str, str, int]]
+                     ) -> list[tuple[Deletions, np.ndarray]]:
+        def one(t: tuple[str, str, int]) -> tuple[Deletions, np.ndarray]:
+            return commit_on_published(manifest, snapshot_version, t[0], t[1], t[2], lambda: merge_in_table(
+                manifest.root, t[0], t[1], t[2], plan.keys, on, schema, manifest.storage_options,
+                when_matched == "update"))
+
+        return map_threads(one, list(todo))
+
+    plan = MergePlan(rows, on, when_matched, when_not_matched, match_tables, rows=rows)
+    return apply_change(ns, plan.evaluate, partition_tables, what="merge", batch_id=batch_id, max_retries=max_retries,
+                        max_rows_per_file=max_rows_per_file)
+
+
+# ------------------------------------------------------------------------------- replace-where
+def rows_outside(rows: pa.Table, where: str) -> tuple[int, pa.Table]:
+    """How many rows of ``rows`` the filter ``where`` is not TRUE for (DataFusion, as reads
+    evaluate it), and the first of them."""
+    from lancepart.read.snapshot import apply_filter
+
+    try:
+        inside = apply_filter(rows, where).num_rows
+        outside = rows.num_rows - inside
+        example = apply_filter(rows, f"NOT coalesce(({where}), false)").slice(0, 1) if outside else rows.slice(0, 0)
+    except InvalidArgumentError as e:
+        raise InvalidFilterError(str(e)) from None
+    return outside, example
+
+
+def check_inside(rows: pa.Table, where: str) -> None:
+    """:class:`RowsOutsideFilterError` naming the count and one row unless ``where`` is TRUE for
+    every row of ``rows`` (conformed to the namespace schema)."""
+    outside, example = rows_outside(rows, where)
+    if outside:
+        row = ", ".join(f"{k}={v!r}" for k, v in example.to_pylist()[0].items())
+        raise RowsOutsideFilterError(f"replace-where: {outside} of {rows.num_rows} input row(s) do not match "
+                                     f"where={where!r}, e.g. ({row}); every input row must match the filter it "
+                                     f"replaces; nothing was published")
+
+
+def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: str | None = None,
+                  max_retries: int = 20, max_rows_per_file: int = 1_048_576, written: list[TableWrite] | None = None,
+                  started: float | None = None, phases: dict[str, Any] | None = None, **options: Any
+                  ) -> CommitResult:
+    """Replace the published rows matching ``where`` by ``data`` in one publish (Delta's
+    replaceWhere): every input row must match ``where`` (else :class:`RowsOutsideFilterError`
+    naming how many and one of them, nothing published). ``details["rows_deleted"]``.
+    ``written``: the input is already written and checked (the Spark data source's tasks);
+    ``data`` is then None.
+
+    >>> # replace_where(ns, day_rows, "event_date = DATE '2025-12-10'").details["rows_deleted"]
+    """
+    from lancepart.maintenance.delete import deletion_files, entire_tables, matching_addresses
+    from lancepart.read.prune import prune
+
+    if options:
+        raise InvalidArgumentError(f"write(mode='overwrite', where=...) does not take {sorted(options)}")
+    if not isinstance(where, str) or not where.strip():
+        raise InvalidFilterError("where must be a SQL boolean expression over the namespace's columns "
+                                 "(to replace every row say so: where='TRUE')")
+    ns.refresh()
+    schema, specs, manifest = ns.schema, ns.specs, ns.manifest
+    rows = None
+    if written is None:
+        rows = _read_input(data, schema)
+        check_inside(rows, where)
+    scan: dict[str, str | None] = {}
+
+    def candidates(snap: ManifestSnapshot) -> Candidates:
+        try:
+            pruned = prune(where, schema, specs, snap.table_pins())
+        except InvalidArgumentError as e:
+            raise InvalidFilterError(str(e)) from None
+        scan["filter"] = pruned.scan_filter
+        return partition_tables(snap, set(pruned.kept.column("object_id").to_pylist()))
+
+    cache: dict[tuple[str, int], Deletions] = {}
+
+    def evaluate(snap: ManifestSnapshot) -> Evaluation:
+        cands = candidates(snap)
+        _check_main(cands, "replace-where")
+        entire = entire_tables(where, schema, specs, snap.table_pins())
+        so = dict(manifest.storage_options) if manifest.storage_options else None
+
+        def one(item: tuple[str, str, int]) -> Deletions:
+            oid, loc, v = item
+            if (oid, v) in cache:
+                return cache[(oid, v)]
+            ds = commit_on_published(manifest, snap.version, oid, loc, v, lambda: lance.dataset(
+                join_uri(manifest.root, check_location(loc, oid, manifest.root)), version=v, storage_options=so))
+            if oid in entire:
+                frags = ds.get_fragments()
+                d = Deletions(oid, loc, v, [], [f.fragment_id for f in frags], sum(f.count_rows() for f in frags))
+            else:
+                addr = matching_addresses(ds, schema, where, scan.get("filter"))
+                updated, removed = deletion_files(ds, addr) if len(addr) else ([], [])
+                d = Deletions(oid, loc, v, updated, removed, len(addr))
+            cache[(oid, v)] = d
+            return d
+
+        items = [(oid, loc, v) for oid, (loc, v, _, _) in cands.items()]
+        deletions = {d.object_id: d for d in map_threads(one, items)}
+        return Evaluation(cands, deletions, rows, {"where": where})
+
+    return apply_change(ns, evaluate, candidates, what="replace_where", batch_id=batch_id, max_retries=max_retries,
+                        max_rows_per_file=max_rows_per_file, started=started, phases=phases,
+                        write=None if written is None else lambda ev, snap: (written, 0),
+                        fixed_writes=written is not None)

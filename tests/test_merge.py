@@ -1,0 +1,457 @@
+"""``ns.merge`` (issue 14 item 3), replace-where ``ns.write(mode="overwrite", where=...)`` (item 4)
+and their conflict rules (item 6): old rows get Lance deletions on each partition table's
+*published* version, new rows are written as fragments into their (possibly other, possibly new)
+partitions, each touched table gets one Lance version and ONE ``__manifest`` commit publishes
+everything (spec "Transaction / Commit Behavior"). A concurrent publish to a table the operation
+read makes it evaluate again: never a merged key doubled, never a lost update, never a deleted
+row resurrected. Real Lance tables, real processes; the oracle reads what is published with
+plain pylance at each table's read_version."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from lancepart import PartitionedNamespace
+from lancepart.cli import main
+from lancepart.errors import AmbiguousMatchError, DuplicateKeyError, InvalidArgumentError, RowsOutsideFilterError
+from lancepart.manifest import join_uri
+from lancepart.sample import demo_events
+from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns
+
+HERE = Path(__file__).resolve().parent
+DAY1 = "event_date = DATE '2025-12-01'"
+SCHEMA = demo_events(1).schema
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("merge") / "ns")
+    ns = create_events_ns(root)
+    ns.write(demo_events(600, seed=1, days=3))
+    ns.write(demo_events(300, seed=2, start_id=1_000, days=3))
+    return root
+
+
+@pytest.fixture
+def ns(template, tmp_path) -> PartitionedNamespace:
+    return copy_ns(template, tmp_path / "ns")
+
+
+def manifest_version(root: str) -> int:
+    return lance.dataset(join_uri(root, "__manifest")).version
+
+
+def manifest_tables(root: str) -> dict[str, dict]:
+    rows = lance.dataset(join_uri(root, "__manifest")).to_table().to_pylist()
+    return {r["object_id"]: r for r in rows if r["object_type"] == "table" and r["read_version"] is not None}
+
+
+def published_rows(root: str) -> pa.Table:
+    """Every row published in the latest __manifest, each table read with plain pylance at its
+    read_version, with the object_id of the table holding it."""
+    parts = []
+    for oid, r in manifest_tables(root).items():
+        t = lance.dataset(join_uri(root, r["location"]), version=r["read_version"]).to_table().cast(SCHEMA)
+        parts.append(t.append_column("object_id", pa.array([oid] * t.num_rows, pa.utf8())))
+    return pa.concat_tables(parts).sort_by("id")
+
+
+def by_id(t: pa.Table) -> dict[int, dict]:
+    out = {}
+    for r in t.to_pylist():
+        assert r["id"] not in out, f"id {r['id']} published twice"
+        out[r["id"]] = r
+    return out
+
+
+def data_cols(r: dict) -> dict:
+    return {k: v for k, v in r.items() if k != "object_id"}
+
+
+def changed(rows: pa.Table, **cols) -> pa.Table:
+    for name, values in cols.items():
+        i = rows.schema.get_field_index(name)
+        rows = rows.set_column(i, rows.schema.field(i), pa.array(values, rows.schema.field(i).type))
+    return rows
+
+
+def test_update_in_place_and_insert_in_one_publish(ns):
+    """Matched keys are replaced, new keys inserted; one __manifest version; every touched
+    table gets exactly one new Lance version (deletions and new fragments in one commit)."""
+    before = published_rows(ns.root).drop_columns(["object_id"])
+    tables0 = manifest_tables(ns.root)
+    v0 = manifest_version(ns.root)
+    upd = before.take(pa.array(range(0, 900, 30)))
+    upd = changed(upd, amount=[-1.0] * upd.num_rows)
+    ins = demo_events(20, seed=9, start_id=50_000, days=3)
+    result = ns.merge(pa.concat_tables([upd, ins]), on=["id"])
+    assert manifest_version(ns.root) == v0 + 1 == result.manifest_version
+    assert result.details["rows_updated"] == upd.num_rows and result.details["rows_inserted"] == 20
+    assert result.rows_written == upd.num_rows + 20
+    expected = by_id(before) | by_id(upd) | by_id(ins)
+    got = by_id(published_rows(ns.root))
+    assert {k: data_cols(v) for k, v in got.items()} == expected
+    tables1 = manifest_tables(ns.root)
+    moved = {o for o in tables1 if o in tables0 and tables1[o]["read_version"] != tables0[o]["read_version"]}
+    assert moved and all(tables1[o]["read_version"] == tables0[o]["read_version"] + 1 for o in moved)
+    assert ns.to_table().num_rows == len(expected)
+    assert ns.history(1)[0].operation == "merge"
+    assert_read_versions_only_increase(ns)
+
+
+def test_update_that_moves_a_row_to_another_partition(ns):
+    """A key whose new row belongs to another partition (event_date changed, and a new partition
+    at that): the old row is gone from its table, the new one is in the other table, in ONE
+    __manifest version."""
+    before = published_rows(ns.root)
+    row = before.filter(pc.equal(before["id"], 7))
+    old_oid = row["object_id"][0].as_py()
+    new = changed(row.drop_columns(["object_id"]), event_date=[pa.scalar(20_500, pa.date32()).as_py()], amount=[1.5])
+    v0 = manifest_version(ns.root)
+    result = ns.merge(new, on=["id"])
+    assert manifest_version(ns.root) == v0 + 1
+    assert result.partitions_created == 1 and result.details["rows_updated"] == 1
+    after = published_rows(ns.root)
+    seven = after.filter(pc.equal(after["id"], 7)).to_pylist()
+    assert len(seven) == 1 and seven[0]["object_id"] != old_oid and seven[0]["amount"] == 1.5
+    assert after.num_rows == before.num_rows
+    old_table = manifest_tables(ns.root)[old_oid]
+    t = lance.dataset(join_uri(ns.root, old_table["location"]), version=old_table["read_version"]).to_table()
+    assert 7 not in t["id"].to_pylist()
+    assert ns.verify().ok
+
+
+def test_ignore_modes(ns):
+    before = by_id(published_rows(ns.root).drop_columns(["object_id"]))
+    upd = changed(published_rows(ns.root).drop_columns(["object_id"]).slice(0, 5), amount=[-2.0] * 5)
+    ins = demo_events(4, seed=5, start_id=60_000, days=3)
+    data = pa.concat_tables([upd, ins])
+    r = ns.merge(data, on=["id"], when_matched="ignore")  # insert only the new keys
+    assert r.details["rows_updated"] == 0 and r.details["rows_inserted"] == 4 and r.details["rows_deleted"] == 0
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == before | by_id(ins)
+    v = manifest_version(ns.root)
+    r = ns.merge(changed(data, amount=[-3.0] * 9), on=["id"], when_not_matched="ignore")
+    got = by_id(published_rows(ns.root))
+    assert r.details["rows_inserted"] == 0 and r.details["rows_updated"] == 9 and len(got) == len(before) + 4
+    assert all(got[i]["amount"] == -3.0 for i in data["id"].to_pylist())
+    r = ns.merge(demo_events(2, start_id=90_000), on=["id"], when_not_matched="ignore")
+    assert manifest_version(ns.root) == v + 1 and r.rows_written == 0  # nothing to do: nothing committed
+
+
+def test_typed_errors_publish_nothing(ns):
+    """Duplicate input keys, NULL keys, unknown key columns and a key matching two published
+    rows are typed errors naming the key; nothing is published."""
+    v0 = manifest_version(ns.root)
+    before = published_rows(ns.root)
+    dup = demo_events(3, start_id=100).take(pa.array([0, 1, 1]))
+    with pytest.raises(DuplicateKeyError, match="id=101"):
+        ns.merge(dup, on=["id"])
+    nulls = changed(demo_events(3, start_id=100), user_id=[1, None, 3])
+    with pytest.raises(InvalidArgumentError, match="'user_id' is NULL"):
+        ns.merge(nulls, on=["user_id"])
+    with pytest.raises(InvalidArgumentError, match="nope"):
+        ns.merge(demo_events(3), on=["nope"])
+    with pytest.raises(InvalidArgumentError, match="when_matched"):
+        ns.merge(demo_events(3), on=["id"], when_matched="delete")
+    ns.write(changed(demo_events(1, start_id=5), event_date=[pa.scalar(20_600, pa.date32()).as_py()]))  # id 5 twice
+    v1 = manifest_version(ns.root)
+    with pytest.raises(AmbiguousMatchError, match=r"id=5\) matches 2 published rows"):
+        ns.merge(demo_events(1, start_id=5), on=["id"])
+    assert manifest_version(ns.root) == v1 == v0 + 1
+    assert published_rows(ns.root).num_rows == before.num_rows + 1
+
+
+def test_multi_column_key(ns):
+    """Keys of two columns match with a hash join; a key half-equal to a published one is new."""
+    before = published_rows(ns.root).drop_columns(["object_id"])
+    hit = changed(before.slice(10, 3), amount=[7.0] * 3)
+    half = changed(before.slice(20, 1), id=[77_777])  # same user_id, other id: not a match
+    r = ns.merge(pa.concat_tables([hit, half]), on=["id", "user_id"])
+    assert r.details["rows_updated"] == 3 and r.details["rows_inserted"] == 1
+    got = by_id(published_rows(ns.root))
+    assert len(got) == before.num_rows + 1 and all(got[i]["amount"] == 7.0 for i in hit["id"].to_pylist())
+
+
+def test_batch_id_makes_a_rerun_a_no_op(ns):
+    data = changed(published_rows(ns.root).drop_columns(["object_id"]).slice(0, 3), amount=[4.0] * 3)
+    first = ns.merge(data, on=["id"], batch_id="cdc-0001")
+    again = ns.merge(changed(data, amount=[5.0] * 3), on=["id"], batch_id="cdc-0001")
+    assert not first.skipped and again.skipped and manifest_version(ns.root) == first.manifest_version
+    assert [r["amount"] for r in by_id(published_rows(ns.root)).values() if r["id"] in (0, 1, 2)] == [4.0] * 3
+
+
+def _run_merge(root: str, path: str, fault: str | None = None, max_retries: int = 20) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    env.pop("LANCEPART_FAULT", None)
+    if fault:
+        env["LANCEPART_FAULT"] = fault
+    code = "import sys; from lancepart.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.Popen([sys.executable, "-c", code, "merge", root, path, "--on", "id", "--json", "-q",
+                             "--max-retries", str(max_retries)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _write(root: str, start: int) -> None:
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    env.pop("LANCEPART_FAULT", None)
+    proc = subprocess.run([sys.executable, str(HERE / "writer_proc.py"), root, "--start", str(start), "--rows", "300",
+                           "--days", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _wait_for_unpublished_versions(ns: PartitionedNamespace, proc: subprocess.Popen) -> None:
+    """Until the merge process has committed a table version beyond a published read_version."""
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
+               for p in ns.refresh().partitions()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the merge process committed no table version: {proc.communicate()}")
+
+
+def test_keys_inserted_concurrently_are_updated_not_doubled(ns, tmp_path):
+    """Item 6: the merge (a real process) has its table versions committed and waits before its
+    __manifest commit; a real writer process appends the SAME new keys and publishes first. The
+    merge's commit conflicts, it evaluates again on the new snapshot: those keys are now matched
+    and updated, each key is published exactly once with the merge's values, and the update of
+    existing keys is not lost."""
+    before = by_id(published_rows(ns.root).drop_columns(["object_id"]))
+    new_keys = demo_events(300, seed=70_000, start_id=70_000, days=1)  # the rows writer_proc appends
+    merged = changed(new_keys, amount=[-9.0] * 300, country=["ZZ"] * 300)
+    old = changed(pa.Table.from_pylist([before[i] for i in range(0, 600, 50)], schema=new_keys.schema),
+                  amount=[-8.0] * 12)
+    path = str(tmp_path / "cdc.parquet")
+    pq.write_table(pa.concat_tables([merged, old]), path)
+    proc = _run_merge(ns.root, path, fault="before_manifest_commit:sleep:8")
+    _wait_for_unpublished_versions(ns, proc)
+    _write(ns.root, 70_000)  # same keys, published while the merge sleeps
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["retries"] >= 1, "the merge did not have to evaluate again: the test did not exercise the conflict"
+    assert result["details"]["rows_updated"] == 312 and result["details"]["rows_inserted"] == 0
+    got = by_id(published_rows(ns.root))  # raises on a doubled id
+    expected = before | by_id(merged) | by_id(old)
+    assert {k: data_cols(v) for k, v in got.items()} == expected
+    ns.refresh()
+    assert_read_versions_only_increase(ns)
+    assert ns.verify().ok
+
+
+def test_a_delete_published_first_is_not_undone(ns, tmp_path):
+    """Item 6: while the merge waits before its __manifest commit, a delete of other rows in the
+    same tables publishes first. The merge evaluates again: the deleted rows stay deleted, a
+    merged key the delete removed is inserted (as a serial run would), the other updates land."""
+    before = by_id(published_rows(ns.root).drop_columns(["object_id"]))
+    upd = changed(pa.Table.from_pylist([before[i] for i in range(0, 40)], schema=SCHEMA),
+                  amount=[-5.0] * 40)
+    path = str(tmp_path / "cdc.parquet")
+    pq.write_table(upd, path)
+    proc = _run_merge(ns.root, path, fault="before_manifest_commit:sleep:8")
+    _wait_for_unpublished_versions(ns, proc)
+    PartitionedNamespace.open(ns.root).delete("id % 3 = 0")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["retries"] >= 1
+    expected = {k: v for k, v in before.items() if k % 3} | by_id(upd)
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == expected
+    assert result["details"]["rows_inserted"] == len([i for i in range(40) if i % 3 == 0])
+
+
+def test_kill_before_the_manifest_commit_changes_nothing_visible(ns, tmp_path):
+    """kill -9 (os._exit) of the merge after its table commits, before __manifest: nothing
+    published changed; a rerun merges exactly once."""
+    before = published_rows(ns.root)
+    v0 = manifest_version(ns.root)
+    data = pa.concat_tables([changed(before.drop_columns(["object_id"]).slice(0, 10), amount=[-4.0] * 10),
+                             demo_events(10, start_id=80_000)])
+    path = str(tmp_path / "cdc.parquet")
+    pq.write_table(data, path)
+    proc = _run_merge(ns.root, path, fault="before_manifest_commit:exit")
+    proc.communicate(timeout=120)
+    assert proc.returncode == 77
+    assert manifest_version(ns.root) == v0
+    assert published_rows(ns.root).equals(before)
+    assert any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
+               for p in ns.refresh().partitions()), "the process died before committing any table version"
+    assert main(["merge", ns.root, path, "--on", "id", "-q"]) == 0
+    expected = by_id(before.drop_columns(["object_id"])) | by_id(data)
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == expected
+    assert manifest_version(ns.root) == v0 + 1
+    assert ns.refresh().verify().ok
+
+
+# ------------------------------------------------------------------------------ replace-where
+def test_replace_where_replaces_exactly_the_matching_rows(ns):
+    """Item 4: the rows matching the filter are replaced by the input, the others stay; one
+    __manifest version."""
+    before = published_rows(ns.root).drop_columns(["object_id"])
+    where = "event_date = DATE '2025-12-01' AND amount > 30"
+    mask = pc.fill_null(pc.and_(pc.equal(before["event_date"], pa.scalar(20_423, pa.date32())),
+                                pc.greater(before["amount"], 30)), False)
+    new = changed(demo_events(25, seed=4, start_id=40_000, days=1), amount=[31.0 + i for i in range(25)])
+    v0 = manifest_version(ns.root)
+    r = ns.write(new, mode="overwrite", where=where)
+    assert manifest_version(ns.root) == v0 + 1 == r.manifest_version
+    assert r.details["rows_deleted"] == pc.sum(mask.cast(pa.int64())).as_py() > 0 and r.rows_written == 25
+    expected = by_id(before.filter(pc.invert(mask))) | by_id(new)
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == expected
+
+
+def test_replace_where_refuses_input_rows_outside_the_filter(ns):
+    before = published_rows(ns.root)
+    v0 = manifest_version(ns.root)
+    data = demo_events(30, seed=4, start_id=40_000, days=3)  # three days, the filter names one
+    n_out = sum(1 for d in data["event_date"].to_pylist() if str(d) != "2025-12-01")
+    with pytest.raises(RowsOutsideFilterError, match=rf"{n_out} of 30 input row\(s\) do not match.*id="):
+        ns.write(data, mode="overwrite", where=DAY1)
+    with pytest.raises(InvalidArgumentError, match="mode='overwrite'"):
+        ns.write(data, where=DAY1)
+    assert manifest_version(ns.root) == v0 and published_rows(ns.root).equals(before)
+
+
+def test_replace_where_whole_partitions_and_empty_input(ns):
+    """A filter covering whole partitions empties them without reading a row; an empty input
+    with a filter deletes (Delta's replaceWhere with no rows)."""
+    before = published_rows(ns.root).drop_columns(["object_id"])
+    day1 = pc.equal(before["event_date"], pa.scalar(20_423, pa.date32()))
+    r = ns.write(before.slice(0, 0), mode="overwrite", where=DAY1)
+    assert r.details["rows_deleted"] == pc.sum(day1.cast(pa.int64())).as_py()
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == by_id(before.filter(
+        pc.invert(day1)))
+
+
+def test_cli_merge(ns, tmp_path, capsys):
+    data = demo_events(5, start_id=0)
+    path = str(tmp_path / "in.parquet")
+    pq.write_table(data, path)
+    assert main(["merge", ns.root, path, "--on", "id", "--json", "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["details"]["rows_updated"] == 5 and out["details"]["rows_inserted"] == 0
+
+
+# ------------------------------------------------------------------------------------- Spark
+def to_df(spark, table: pa.Table):
+    from tests.test_spark_write import to_df as spark_df
+
+    return spark_df(spark, table)
+
+
+@pytest.mark.spark
+def test_spark_merge_matches_ns_merge(template, tmp_path, spark):
+    """``lps.merge`` on the executors gives the rows ``ns.merge`` gives for the same input
+    (updates in place, an update moving a row to a new partition, inserts), in one publish."""
+    from lancepart import spark as lps
+
+    local, remote = copy_ns(template, tmp_path / "a"), copy_ns(template, tmp_path / "b")
+    before = published_rows(local.root).drop_columns(["object_id"])
+    upd = changed(before.take(pa.array(range(0, 900, 45))), amount=[-6.0] * 20)
+    upd = changed(upd, event_date=[pa.scalar(20_700, pa.date32()).as_py(), *upd["event_date"].to_pylist()[1:]])
+    data = pa.concat_tables([upd, demo_events(15, seed=3, start_id=55_000, days=3)])
+    expected = local.merge(data, on=["id"])
+    v0 = manifest_version(remote.root)
+    got = lps.merge(to_df(spark, data), remote.root, on=["id"])
+    assert manifest_version(remote.root) == v0 + 1
+    assert got.details["rows_updated"] == expected.details["rows_updated"] == 20
+    assert got.details["rows_inserted"] == 15 and got.partitions_created == 1
+    assert {k: data_cols(v) for k, v in by_id(published_rows(remote.root)).items()} == \
+        {k: data_cols(v) for k, v in by_id(published_rows(local.root)).items()}
+    only_new = lps.merge(to_df(spark, data), remote.root, on=["id"], when_matched="ignore")
+    assert only_new.details["rows_inserted"] == 0 and only_new.rows_written == 0
+
+
+@pytest.mark.spark
+def test_datasource_replace_where(ns, spark):
+    """Item 4 through the data source: ``mode("overwrite").option("replaceWhere", ...)``
+    replaces the rows matching the filter; an input row outside it fails the write, nothing
+    published."""
+    before = published_rows(ns.root).drop_columns(["object_id"])
+    day1 = pc.equal(before["event_date"], pa.scalar(20_423, pa.date32()))
+    new = demo_events(40, seed=8, start_id=30_000, days=1)
+    v0 = manifest_version(ns.root)
+    (to_df(spark, new).write.format("lancepart").mode("overwrite")
+     .option("replaceWhere", DAY1).save(ns.root))
+    assert manifest_version(ns.root) == v0 + 1
+    expected = by_id(before.filter(pc.invert(day1))) | by_id(new)
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == expected
+    bad = demo_events(40, seed=8, start_id=31_000, days=3)
+    with pytest.raises(Exception, match=r"RowsOutsideFilterError|do not match"):
+        (to_df(spark, bad).write.format("lancepart").mode("overwrite")
+         .option("replaceWhere", DAY1).save(ns.root))
+    assert manifest_version(ns.root) == v0 + 1
+
+
+def test_replace_where_sees_an_append_published_first(ns, tmp_path):
+    """Item 6 for replace-where: while it waits before its __manifest commit, a real writer
+    process appends rows inside the filter and publishes first. The replace-where evaluates
+    again: those rows are replaced too (as append-then-replace in series), nothing outside the
+    filter is touched, the input is published once."""
+    before = published_rows(ns.root).drop_columns(["object_id"])
+    day1 = pc.equal(before["event_date"], pa.scalar(20_423, pa.date32()))
+    new = demo_events(40, seed=8, start_id=30_000, days=1)
+    path = str(tmp_path / "day1.parquet")
+    pq.write_table(new, path)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "LANCEPART_FAULT": "before_manifest_commit:sleep:8"}
+    code = ("import json, sys, pyarrow.parquet as pq; from lancepart import PartitionedNamespace; "
+            "r = PartitionedNamespace.open(sys.argv[1]).write(pq.read_table(sys.argv[2]), mode='overwrite', "
+            "where=sys.argv[3]); print(json.dumps(r.to_dict()))")
+    proc = subprocess.Popen([sys.executable, "-c", code, ns.root, path, DAY1], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for_unpublished_versions(ns, proc)
+    _write(ns.root, 70_000)  # 300 rows on day 1, inside the filter
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["retries"] >= 1
+    assert result["details"]["rows_deleted"] == pc.sum(day1.cast(pa.int64())).as_py() + 300
+    expected = by_id(before.filter(pc.invert(day1))) | by_id(new)
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == expected
+
+
+@pytest.mark.spark
+def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypatch):
+    """Item 6 through Spark: while lps.merge waits before its __manifest commit, a real writer
+    process appends the same new keys and publishes first; the merge matches again (a new Spark
+    job over the moved tables) and writes again: every key once, with the merge's values."""
+    import threading
+
+    from lancepart import spark as lps
+
+    before = by_id(published_rows(ns.root).drop_columns(["object_id"]))
+    merged = changed(demo_events(300, seed=70_000, start_id=70_000, days=1), amount=[-9.0] * 300)
+    df = to_df(spark, merged)
+    monkeypatch.setenv("LANCEPART_FAULT", "before_manifest_commit:sleep:8")
+    errors: list[BaseException] = []
+
+    def append_meanwhile() -> None:
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and not any(
+                    lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
+                    for p in ns.refresh().partitions()):
+                time.sleep(0.05)
+            _write(ns.root, 70_000)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    th = threading.Thread(target=append_meanwhile)
+    th.start()
+    result = lps.merge(df, ns.root, on=["id"])
+    th.join()
+    assert not errors, errors
+    assert result.retries >= 1 and result.details["spark_jobs"] >= 4  # match + write, twice
+    assert result.details["rows_updated"] == 300 and result.details["rows_inserted"] == 0
+    assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == before | by_id(merged)
