@@ -106,7 +106,9 @@ def test_update_in_place_and_insert_in_one_publish(ns):
     moved = {o for o in tables1 if o in tables0 and tables1[o]["read_version"] != tables0[o]["read_version"]}
     assert moved and all(tables1[o]["read_version"] == tables0[o]["read_version"] + 1 for o in moved)
     assert ns.to_table().num_rows == len(expected)
-    assert ns.history(1)[0].operation == "merge"
+    top = ns.history(1)[0]
+    assert top.operation == "merge"
+    assert top.rows_written == result.rows_written and top.rows_removed == result.details["rows_deleted"]
     assert_read_versions_only_increase(ns)
 
 

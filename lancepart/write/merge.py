@@ -61,6 +61,7 @@ from lancepart.manifest import (
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
     ROWS_PROPERTY,
+    ROWS_REMOVED_PROPERTY,
     Manifest,
     ManifestChanges,
     ManifestConflict,
@@ -355,6 +356,7 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
 
     props = {OPERATION_PROPERTY: what, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
              PARTITIONS_PROPERTY: str(len(set(by_oid) | set(deletions))),
+             ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in deletions.values())),
              **(batches.transaction_properties(batch_id) if batch_id is not None else {})}
     snap, _, retries = manifest.update(mutate, max_retries=max_retries, what=what, transaction_properties=props)
     return snap, (skipped["value"], by_oid, deletions), retries
