@@ -401,7 +401,8 @@ class PartitionedNamespace:
 
         parts, filter, scan_filter = self.scan_plan(filter)
         return scan(self.root, parts, self._schema, filter=filter, columns=columns,
-                    storage_options=self.storage_options, scan_filter=scan_filter)
+                    storage_options=self.storage_options, scan_filter=scan_filter,
+                    namespace_md=self._snapshot.metadata)
 
     def scan_plan(self, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:
         """What a read of ``filter`` scans, from one pruning pass over ``__manifest``: the kept

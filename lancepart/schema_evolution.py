@@ -280,14 +280,31 @@ def conform(data: pa.Table, mapping: Mapping[str, str | None], target: pa.Schema
     return pa.Table.from_arrays(cols, schema=target)
 
 
-def upgrade_table(manifest: Manifest, object_id: str, location: str, schema: pa.Schema, *,
+def ensure_current(manifest: Manifest, object_id: str, location: str, schema: pa.Schema) -> None:
+    """Before a write appends rows of ``schema`` to an existing partition table: nothing when
+    the table is in that schema already (one open of its latest version), else
+    :func:`upgrade_table`."""
+    from lancepart.manifest import join_uri
+
+    so = dict(manifest.storage_options) if manifest.storage_options else None
+    table = lance.dataset(join_uri(manifest.root, location), storage_options=so).schema
+    md: Mapping[str, str] = {}
+    if TABLE_FIELD_IDS_KEY not in (table.metadata or {}):
+        md = manifest.dataset().metadata
+    if not is_current(table, md, schema):
+        upgrade_table(manifest, object_id, location, schema)
+
+
+def upgrade_table(manifest: Manifest, object_id: str, location: str, schema: pa.Schema | None = None, *,
                   max_retries: int = 20) -> int | None:
     """Bring the partition table ``object_id`` up to the current namespace ``schema`` with Lance
     schema evolution (``add_columns`` all NULL, ``alter_columns`` for renames and casts,
     ``drop_columns``, then the field-id record), on top of its *published* version, and publish
     the version made in one ``__manifest`` commit (same rows, new schema). Returns that version,
     or None when the table was current already. A table whose ``read_version`` moved meanwhile
-    (a concurrent write published) is redone on the new published version."""
+    (a concurrent write published) is redone on the new published version. ``schema`` (the
+    write's) must be the newest namespace schema: a handle that missed a change never
+    "upgrades" a table back to an older schema (:class:`SchemaMismatchError`)."""
     from lancepart.manifest import join_uri
 
     so = dict(manifest.storage_options) if manifest.storage_options else None
@@ -300,6 +317,14 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, schema: pa.
                                       f"was being brought up to date")
         published = row["read_version"]
         md = snap.metadata
+        newest = schema_from_json(md[SCHEMA_KEY])
+        if schema is None:
+            schema = newest
+        elif schema_to_json(schema) != schema_to_json(newest):
+            raise SchemaMismatchError(
+                f"partition table {object_id}: the namespace schema changed since this write read it (now "
+                f"{newest.names}, the write has {schema.names}); nothing was written: refresh the handle "
+                f"(ns.refresh()) and write again")
         current = lance.dataset(uri, version=published, storage_options=so)
         if is_current(current.schema, md, schema):
             return None
