@@ -280,10 +280,18 @@ def conform(data: pa.Table, mapping: Mapping[str, str | None], target: pa.Schema
     return pa.Table.from_arrays(cols, schema=target)
 
 
-def ensure_current(manifest: Manifest, object_id: str, location: str, schema: pa.Schema) -> None:
-    """Before a write appends rows of ``schema`` to an existing partition table: nothing when
-    the table is in that schema already (one open of its latest version), else
-    :func:`upgrade_table`."""
+def rows_as(rows: pa.Table, schema: pa.Schema, target: pa.Schema) -> pa.Table:
+    """Rows of namespace schema ``schema`` in the newer form ``target`` of it, by field id."""
+    by_id = {field_id_of(f): f.name for f in schema}
+    return conform(rows, {f.name: by_id.get(field_id_of(f)) for f in target}, target)
+
+
+def ensure_current(manifest: Manifest, object_id: str, location: str, schema: pa.Schema) -> pa.Schema:
+    """Before a write appends rows of ``schema`` to an existing partition table: the namespace
+    schema the table is in, brought up to date first when it is older (:func:`upgrade_table`).
+    One open of the table's latest version when it is current already. When the namespace
+    schema changed after the write read it, that is the newer one: the caller converts its
+    rows with :func:`rows_as` (every change keeps rows of an older form convertible)."""
     from lancepart.manifest import join_uri
 
     so = dict(manifest.storage_options) if manifest.storage_options else None
@@ -291,21 +299,21 @@ def ensure_current(manifest: Manifest, object_id: str, location: str, schema: pa
     md: Mapping[str, str] = {}
     if TABLE_FIELD_IDS_KEY not in (table.metadata or {}):
         md = manifest.dataset().metadata
-    if not is_current(table, md, schema):
-        upgrade_table(manifest, object_id, location, schema)
+    if is_current(table, md, schema):
+        return schema
+    return upgrade_table(manifest, object_id, location)[1]
 
 
-def upgrade_table(manifest: Manifest, object_id: str, location: str, schema: pa.Schema | None = None, *,
-                  max_retries: int = 20) -> int | None:
-    """Bring the partition table ``object_id`` up to the current namespace ``schema`` with Lance
-    schema evolution (``add_columns`` all NULL, ``alter_columns`` for renames and casts,
-    ``drop_columns``, then the field-id record), on top of its *published* version, and publish
-    the version made in one ``__manifest`` commit (same rows, new schema). Returns that version,
-    or None when the table was current already. A table whose ``read_version`` moved meanwhile
-    (a concurrent write published) is redone on the new published version. ``schema`` (the
-    write's) must be the newest namespace schema: a handle that missed a change never
-    "upgrades" a table back to an older schema (:class:`SchemaMismatchError`)."""
-    from lancepart.manifest import join_uri
+def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
+                  max_retries: int = 20) -> tuple[int | None, pa.Schema]:
+    """Bring the partition table ``object_id`` up to the newest namespace schema with Lance
+    schema evolution (``drop_columns``, ``alter_columns`` for renames and casts, ``add_columns``
+    all NULL, then the field-id record), on top of its *published* version, and publish the
+    version made in one ``__manifest`` commit (same rows, new schema). Returns that version (None
+    when the table was current already) and the schema. A table whose ``read_version`` moved
+    meanwhile (a concurrent write published) is redone on the new published version; a schema
+    change meanwhile makes it bring the table to that one."""
+    from lancepart.manifest import is_commit_conflict, join_uri
 
     so = dict(manifest.storage_options) if manifest.storage_options else None
     uri = join_uri(manifest.root, location)
@@ -317,30 +325,20 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, schema: pa.
                                       f"was being brought up to date")
         published = row["read_version"]
         md = snap.metadata
-        newest = schema_from_json(md[SCHEMA_KEY])
-        if schema is None:
-            schema = newest
-        elif schema_to_json(schema) != schema_to_json(newest):
-            raise SchemaMismatchError(
-                f"partition table {object_id}: the namespace schema changed since this write read it (now "
-                f"{newest.names}, the write has {schema.names}); nothing was written: refresh the handle "
-                f"(ns.refresh()) and write again")
+        schema = schema_from_json(md[SCHEMA_KEY])
         current = lance.dataset(uri, version=published, storage_options=so)
         if is_current(current.schema, md, schema):
-            return None
+            return None, schema
         pub_frags = {f.fragment_id for f in current.get_fragments()}
-        latest = lance.dataset(uri, storage_options=so)
-        if latest.version != published:  # versions nobody published: start again from the published one
-            lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
-                                      storage_options=so)
         try:
+            latest = lance.dataset(uri, storage_options=so)
+            if latest.version != published:  # versions nobody published: start again from the published one
+                lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
+                                          storage_options=so)
             version = _evolve_table(uri, so, md, schema)
         except (LanceCommitConflictError, OSError) as e:
-            if isinstance(e, OSError):
-                from lancepart.manifest import is_commit_conflict
-
-                if not is_commit_conflict(e):
-                    raise
+            if isinstance(e, OSError) and not is_commit_conflict(e):
+                raise
             backoff(attempt, 0.01, 1.0)
             continue
         made = lance.dataset(uri, version=version, storage_options=so)
@@ -348,16 +346,16 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, schema: pa.
             backoff(attempt, 0.01, 1.0)  # a concurrent commit's fragments got in: redo from the published version
             continue
 
-        def mutate(s, oid=object_id, pub=published, v=version):
+        def mutate(s, oid=object_id, pub=published, v=version, schema_json=md[SCHEMA_KEY]):
             r = s.row(oid)
-            if r is None or r["read_version"] != pub:
+            if r is None or r["read_version"] != pub or s.metadata.get(SCHEMA_KEY) != schema_json:
                 return None, False
             return s.read_version_changes({oid: v}), True
 
         _, moved, _ = manifest.update(mutate, max_retries=max_retries, what="upgrade table schema")
         if moved:
             log.info("partition table %s brought up to the namespace schema (version %d)", object_id, version)
-            return version
+            return version, schema
         backoff(attempt, 0.01, 1.0)
     raise CommitConflictError(f"bringing partition table {object_id} up to the namespace schema: {max_retries + 1} "
                               f"attempts conflicted with concurrent commits")
@@ -422,7 +420,7 @@ def upgrade_outdated(ns: Any, filter: str | None = None) -> tuple[int, dict[str,
             ds = open_published(ns.root, p, ns.storage_options)
             if ds is None or is_current(ds.schema, md, ns.schema):
                 return False
-            return upgrade_table(ns.manifest, p.object_id, p.location, ns.schema) is not None
+            return upgrade_table(ns.manifest, p.object_id, p.location)[0] is not None
         except (CommitConflictError, SchemaMismatchError, OSError, ValueError) as e:
             return f"{type(e).__name__}: {e}"
 

@@ -135,9 +135,15 @@ def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Se
 
     def move(item: tuple[TableWrite, object]) -> list[FragmentMetadata]:
         w, ref = item
+        from lancepart.schema_evolution import ensure_current, rows_as
+
         ours = lance.dataset(join_uri(manifest.root, w.location), version=w.created, storage_options=so)
-        return lance.fragment.write_fragments(ours.to_table(), join_uri(manifest.root, ref.location),
-                                              schema=schema, storage_options=so)
+        rows, target = ours.to_table().select(schema.names).cast(schema), schema
+        now = ensure_current(manifest, ref.object_id, ref.location, schema)  # an older table: its schema first
+        if not now.equals(schema, check_metadata=True):
+            rows, target = rows_as(rows, schema, now), now
+        return lance.fragment.write_fragments(rows, join_uri(manifest.root, ref.location),
+                                              schema=target, storage_options=so)
 
     items = list(zip(writes, res.tables, strict=True))
     for (w, ref), frags in zip(items, map_threads(move, items), strict=True):
