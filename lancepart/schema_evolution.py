@@ -48,6 +48,7 @@ from lancepart.spec import (
     schema_from_json,
     schema_to_json,
 )
+from lancepart.write import faults
 
 log = logging.getLogger("lancepart.schema")
 
@@ -197,6 +198,7 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
                    MAX_FIELD_ID_KEY: str(top)}
         if LEGACY_FIELD_IDS_KEY not in md:
             updates[LEGACY_FIELD_IDS_KEY] = json.dumps(name_ids(current), separators=(",", ":"), sort_keys=True)
+        faults.checkpoint("before_schema_commit")
         op = LanceOperation.UpdateConfig(table_metadata_updates=LanceOperation.UpdateMap(updates, replace=False))
         tx = lance.Transaction(read_version=ds.version, operation=op,
                                transaction_properties={OPERATION_PROPERTY: "update_schema"})

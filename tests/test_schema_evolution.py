@@ -209,9 +209,11 @@ _SCHEMA_PROC = textwrap.dedent("""
     root, prefix, n, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     ns = PartitionedNamespace.open(root)
     time.sleep(max(0.0, start_at - time.time()))
+    retries = 0
     for i in range(n):
-        ns.update_schema(add=[pa.field(f"{prefix}{i}", pa.int64())])
-    print("ok")
+        retries += ns.update_schema(add=[pa.field(f"{prefix}{i}", pa.int64())]).retries
+        time.sleep(0.2)
+    print(retries)
 """)
 
 _WRITE_PROC = textwrap.dedent("""
@@ -222,6 +224,8 @@ _WRITE_PROC = textwrap.dedent("""
     ns = PartitionedNamespace.open(root)
     time.sleep(max(0.0, start_at - time.time()))
     for i in range(n):
+        if i % 2:
+            ns.refresh()  # odd writes know the newest schema (tables get upgraded), even ones an older one
         ns.write(demo_events(100, seed=100 + i, start_id=10_000 * (i + 1), days=2))
     print("ok")
 """)
@@ -238,18 +242,75 @@ def test_concurrent_update_schema_and_writes_in_separate_processes(ns):
     once. Every column lands (re-validated on conflict, ids distinct), every row lands once."""
     ns.write(demo_events(100, seed=11, start_id=0, days=2))
     start = time.time() + 3.0
-    procs = [_spawn(_SCHEMA_PROC, ns.root, "a", 3, start), _spawn(_SCHEMA_PROC, ns.root, "b", 3, start),
-             _spawn(_WRITE_PROC, ns.root, 3, start)]
+    procs = [_spawn(_SCHEMA_PROC, ns.root, "a", 4, start), _spawn(_SCHEMA_PROC, ns.root, "b", 4, start),
+             _spawn(_WRITE_PROC, ns.root, 4, start)]
+    outs = []
     for p in procs:
-        _out, err = p.communicate(timeout=300)
+        out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
+        outs.append(out.strip())
+    print("update_schema retries:", outs[:2])
     ns.refresh()
-    added = [f"{x}{i}" for x in "ab" for i in range(3)]
+    ops = [e.operation for e in reversed(ns.history())]
+    print("commits in order:", ops)
+    added = [f"{x}{i}" for x in "ab" for i in range(4)]
     assert set(added) <= set(ns.schema.names)
     ids = list(_ids(ns).values())
     assert len(set(ids)) == len(ids)
     got = ns.to_table()
-    assert got.num_rows == 400
+    assert got.num_rows == 500
     assert sorted(got.column("id").to_pylist()) == sorted(
-        list(range(100)) + [10_000 * (i + 1) + j for i in range(3) for j in range(100)])
+        list(range(100)) + [10_000 * (i + 1) + j for i in range(4) for j in range(100)])
     assert ns.verify(deep=True).ok
+
+
+_ONE_CHANGE = textwrap.dedent("""
+    import json, sys, pyarrow as pa
+    from lancepart import PartitionedNamespace
+    from lancepart.errors import LancepartError
+    ns = PartitionedNamespace.open(sys.argv[1])
+    try:
+        r = ns.update_schema(add=[pa.field(sys.argv[2], pa.int64())])
+    except LancepartError as e:
+        print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+    else:
+        print(json.dumps({"retries": r.retries}))
+""")
+
+
+def _slow_change(root: str, name: str) -> subprocess.Popen:
+    """A process whose update_schema sleeps 4 s between reading the schema and committing."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LANCEPART_FAULT": "before_schema_commit:sleep:4"}
+    return subprocess.Popen([sys.executable, "-c", _ONE_CHANGE, root, name], env=env, cwd=str(REPO),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _when_sleeping(p: subprocess.Popen) -> None:
+    time.sleep(2.5)  # imports, open, then the 4 s sleep: our commit lands inside it
+    assert p.poll() is None
+
+
+def test_schema_change_that_lost_the_race_rebases_on_the_newest_schema(ns):
+    """Item 6: a change computed on schema S, beaten by another change, is re-validated and
+    re-applied on the newest schema: both columns land, with distinct fresh ids."""
+    p = _slow_change(ns.root, "slow")
+    _when_sleeping(p)
+    ns.update_schema(add=[pa.field("fast", pa.int64())])
+    out, err = p.communicate(timeout=120)
+    assert json.loads(out.strip().splitlines()[-1])["retries"] >= 1, err[-2000:]
+    ns.refresh()
+    assert ns.schema.names[-2:] == ["fast", "slow"]
+    assert _ids(ns)["slow"] == _ids(ns)["fast"] + 1
+
+
+def test_schema_change_invalid_on_the_newest_schema_is_refused(ns):
+    """Item 6: re-validation on the newest schema refuses what has become invalid (the same
+    column name added meanwhile): a typed error, one column, nothing overwritten."""
+    p = _slow_change(ns.root, "dup")
+    _when_sleeping(p)
+    ns.update_schema(add=[pa.field("dup", pa.utf8())])
+    out, err = p.communicate(timeout=120)
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["error"] == "InvalidArgumentError" and "'dup'" in res["message"], err[-2000:]
+    ns.refresh()
+    assert ns.schema.names.count("dup") == 1 and ns.schema.field("dup").type == pa.utf8()
