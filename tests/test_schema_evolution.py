@@ -81,10 +81,17 @@ def test_rename_keeps_id_and_spec_on_renamed_source_prunes(ns):
     uid = _ids(ns)["user_id"]
     ns.update_schema(rename={"user_id": "uid"})
     assert _ids(ns)["uid"] == uid and "user_id" not in ns.schema.names
+    some = old.column("user_id")[0].as_py()
+    # old tables only (their Lance column is still ``user_id``): read and pruned through the new name
+    parts, _, _ = ns.scan_plan(f"uid = {some}")
+    assert 0 < len(parts) < len(ns.partitions())
+    got = ns.to_table(f"uid = {some}")
+    assert _sorted(got).equals(_sorted(old.filter(pc.equal(old["user_id"], some))).rename_columns(
+        got.schema.names).cast(got.schema))
+    assert ns.to_table().column_names == [("uid" if c == "user_id" else c) for c in old.column_names]
     new = demo_events(100, seed=4, start_id=5000, days=3).rename_columns(
         ["uid" if c == "user_id" else c for c in old.schema.names])
     ns.write(new)
-    some = old.column("user_id")[0].as_py()
     parts, _, _ = ns.scan_plan(f"uid = {some}")
     assert 0 < len(parts) < len(ns.partitions())
     assert "pruned" in ns.explain(f"uid = {some}")
