@@ -321,3 +321,41 @@ def test_schema_change_invalid_on_the_newest_schema_is_refused(ns):
     assert res["error"] == "InvalidArgumentError" and "'dup'" in res["message"], err[-2000:]
     ns.refresh()
     assert ns.schema.names.count("dup") == 1 and ns.schema.field("dup").type == pa.utf8()
+
+
+_SLOW_WRITE = textwrap.dedent("""
+    import json, sys
+    from lancepart import PartitionedNamespace
+    from lancepart.errors import LancepartError
+    from lancepart.sample import demo_events
+    ns = PartitionedNamespace.open(sys.argv[1])
+    try:
+        r = ns.write(demo_events(100, seed=21, start_id=50_000, days=1))
+    except LancepartError as e:
+        print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+    else:
+        print(json.dumps({"rows": r.rows_written}))
+""")
+
+
+def test_write_whose_table_was_widened_meanwhile_publishes_nothing(ns):
+    """A write's fragments hold ``country`` as the Lance field the table had when they were
+    written; a widening brought the table up to date (a new Lance field) before the write
+    published. Committing them would read their ``country`` as NULL: the table commit refuses
+    with SchemaMismatchError and nothing is published (the rerun writes them in the new form)."""
+    ns.write(demo_events(100, seed=20, start_id=0, days=1))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LANCEPART_FAULT": "after_fragments:sleep:5"}
+    p = subprocess.Popen([sys.executable, "-c", _SLOW_WRITE, ns.root], env=env, cwd=str(REPO),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)  # the writer has its fragments and sleeps
+    assert p.poll() is None
+    ns.update_schema(widen={"country": pa.large_utf8()})
+    assert ns.compact(min_small_fragments=99).details["schema_upgraded"] == len(ns.partitions())
+    out, err = p.communicate(timeout=120)
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["error"] == "SchemaMismatchError" and "run the write again" in res["message"], err[-2000:]
+    got = ns.refresh().to_table()
+    assert got.num_rows == 100 and got.column("country").null_count == 0
+    ns.write(demo_events(100, seed=21, start_id=50_000, days=1))  # the rerun
+    got = ns.to_table()
+    assert got.num_rows == 200 and got.column("country").null_count == 0
