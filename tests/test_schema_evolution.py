@@ -359,3 +359,35 @@ def test_write_whose_table_was_widened_meanwhile_publishes_nothing(ns):
     ns.write(demo_events(100, seed=21, start_id=50_000, days=1))  # the rerun
     got = ns.to_table()
     assert got.num_rows == 200 and got.column("country").null_count == 0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "lancepart.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=str(REPO), timeout=300)
+
+
+def test_cli_alter(ns):
+    """``lancepart alter ROOT --add --rename --drop --widen --json``: one commit, the new columns
+    with their field ids; a refused change exits 2 with the typed error; nothing to do exits 64."""
+    ns.write(demo_events(50, seed=30, days=1))
+    before = _ids(ns)
+    p = _cli("alter", ns.root, "--add", "price:decimal(12,2)", "--add", "note:string", "--rename", "country=region",
+             "--drop", "event_ts", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    cols = {c["name"]: c for c in out["columns"]}
+    assert cols["region"]["field_id"] == before["country"] and "event_ts" not in cols
+    assert cols["price"]["type"] == "decimal128(12, 2)" and cols["note"]["type"] == "string"
+    assert cols["price"]["field_id"] == max(before.values()) + 1
+    assert out["manifest_version"] == ns.refresh().manifest_version
+    assert ns.to_table().column("region").null_count == 0
+    p = _cli("alter", ns.root, "--widen", "price:decimal(14,2)", "--json")
+    assert p.returncode == 0, p.stderr
+    p = _cli("alter", ns.root, "--widen", "amount:float32", "--json")
+    assert p.returncode == 2 and json.loads(p.stdout)["error"] == "SchemaMismatchError"
+    assert "'amount'" in json.loads(p.stdout)["message"]
+    p = _cli("alter", ns.root, "--json")
+    assert p.returncode == 64
+    p = _cli("alter", ns.root, "--add", "bad:nosuchtype", "--json")
+    assert p.returncode == 2 and "nosuchtype" in json.loads(p.stdout)["message"]
