@@ -429,3 +429,19 @@ def upgrade_outdated(ns: Any, filter: str | None = None) -> tuple[int, dict[str,
     results = map_threads(one, parts)
     failures = {p.object_id: r for p, r in zip(parts, results, strict=True) if isinstance(r, str)}
     return sum(1 for r in results if r is True), failures
+
+
+def with_legacy_ids(schema: pa.Schema, namespace_md: Mapping[str, str]) -> pa.Schema:
+    """``schema`` carrying :data:`LEGACY_FIELD_IDS_KEY` in its schema metadata when the namespace
+    has it: what a Spark read ships to its executors, so that they place the columns of tables
+    without a field-id record without opening ``__manifest``."""
+    legacy = namespace_md.get(LEGACY_FIELD_IDS_KEY)
+    if legacy is None:
+        return schema
+    return schema.with_metadata({**(schema.metadata or {}), LEGACY_FIELD_IDS_KEY.encode(): legacy.encode()})
+
+
+def legacy_md(schema: pa.Schema) -> dict[str, str]:
+    """The root properties :func:`with_legacy_ids` put into ``schema`` (for :func:`is_current`)."""
+    raw = (schema.metadata or {}).get(LEGACY_FIELD_IDS_KEY.encode())
+    return {LEGACY_FIELD_IDS_KEY: raw.decode()} if raw is not None else {}

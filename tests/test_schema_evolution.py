@@ -391,3 +391,25 @@ def test_cli_alter(ns):
     assert p.returncode == 64
     p = _cli("alter", ns.root, "--add", "bad:nosuchtype", "--json")
     assert p.returncode == 2 and "nosuchtype" in json.loads(p.stdout)["message"]
+
+
+def test_spark_read_shows_old_tables_in_the_current_schema(spark, root):
+    """lps.read and the ``lancepart`` data source read tables of older schema forms like
+    ``ns.to_table`` does: by field id, including tables written before the first change (named
+    by ``lancepart.legacy_field_ids``), and a filter on a renamed column prunes and matches."""
+    from lancepart import spark as lps
+    from tests.conftest import create_events_ns
+
+    ns = create_events_ns(root)
+    data = demo_events(300, seed=40, start_id=0, days=3)
+    ns.write(data)
+    ns.update_schema(rename={"user_id": "uid"}, drop=["amount"], add=[pa.field("amount", pa.float64())])
+    some = data.column("user_id")[0].as_py()
+    for flt in (None, f"uid = {some}"):
+        want = _sorted(ns.to_table(flt))
+        assert want.num_rows > 0 and want.column("amount").null_count == want.num_rows
+        got = _sorted(lps.read(spark, ns.root, flt).toArrow())
+        assert got.column_names == want.column_names
+        assert got.cast(want.schema).equals(want)
+    got = spark.read.format("lancepart").load(ns.root).where(f"uid = {some}").toArrow()
+    assert sorted(got.column("id").to_pylist()) == sorted(ns.to_table(f"uid = {some}").column("id").to_pylist())
