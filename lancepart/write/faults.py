@@ -24,6 +24,9 @@ STEPS = (
     "after_table_commits",  # every touched table committed, __manifest not yet
     "before_manifest_commit",  # inside the retry loop, just before the __manifest commit
     "after_manifest_commit",  # published
+)
+# steps of other operations than a write
+OTHER_STEPS = (
     "before_schema_commit",  # update_schema: the new schema computed, its __manifest commit not yet made
 )
 _counts: dict[str, int] = {}
