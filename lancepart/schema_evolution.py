@@ -153,7 +153,8 @@ def apply_change(schema: pa.Schema, metadata: Mapping[str, str], add: Sequence[p
     new = pa.schema(out + added, metadata=schema.metadata)
     schema_to_json(new)  # duplicate names
     assign_field_ids(new)  # duplicate ids
-    if new_names := [n for n in rename.values() if n in fields and n not in rename and n not in drop]:
+    if new_names := [n for n in rename.values() if n in fields and n not in drop]:
+        # also a swap or a chain (a -> b, b -> c): do it in two calls
         raise InvalidArgumentError(f"update_schema rename: name(s) {new_names} are already in use")
     return new, top
 

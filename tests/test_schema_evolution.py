@@ -160,6 +160,7 @@ def test_field_ids_never_reused_after_drop_then_add(ns):
     ({"add": [pa.field("country", pa.utf8())]}, InvalidArgumentError, "'country'"),
     ({"rename": {"nope": "x"}}, InvalidArgumentError, "nope"),
     ({"rename": {"country": "amount"}}, InvalidArgumentError, "amount"),
+    ({"rename": {"country": "amount", "amount": "country"}}, InvalidArgumentError, "already in use"),
     ({"drop": ["nope"]}, InvalidArgumentError, "nope"),
     ({"drop": ["country"], "rename": {"country": "c"}}, InvalidArgumentError, "country"),
     ({"widen": {"amount": pa.float32()}}, SchemaMismatchError, "'amount'"),
@@ -413,3 +414,19 @@ def test_spark_read_shows_old_tables_in_the_current_schema(spark, root):
         assert got.cast(want.schema).equals(want)
     got = spark.read.format("lancepart").load(ns.root).where(f"uid = {some}").toArrow()
     assert sorted(got.column("id").to_pylist()) == sorted(ns.to_table(f"uid = {some}").column("id").to_pylist())
+
+
+def test_rename_onto_a_dropped_name_in_one_change(ns):
+    """Drop ``amount`` and rename ``country`` to ``amount`` in one call: by field id the old
+    tables' ``amount`` column is the dropped field and their ``country`` the new ``amount``;
+    compaction brings them there with Lance (drop first, then rename)."""
+    data = demo_events(120, seed=50, start_id=0, days=2)
+    ns.write(data)
+    ns.update_schema(drop=["amount"], rename={"country": "amount"})
+    want = _sorted(data).column("country")
+    assert _sorted(ns.to_table()).column("amount").equals(want)
+    ns.compact(min_small_fragments=99)
+    for info in ns.partitions():
+        assert _table(ns, info).schema.field("amount").type == pa.utf8()
+    assert _sorted(ns.to_table()).column("amount").equals(want)
+    assert ns.verify(deep=True).ok
