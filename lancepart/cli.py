@@ -15,6 +15,7 @@
     lancepart delete ROOT --filter SQL [--max-retries N]
     lancepart history ROOT [--limit N]
     lancepart rollback ROOT --version N [--max-retries N]
+    lancepart alter ROOT [--add NAME:TYPE] [--rename OLD=NEW] [--drop NAME] [--widen NAME:TYPE]
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -585,6 +586,65 @@ def _cmd_evolve(args: argparse.Namespace) -> Any:
     return None
 
 
+_TYPE_ALIASES = {"string": "utf8", "large_string": "large_utf8", "str": "utf8", "int": "int32", "long": "int64",
+                 "float": "float32", "double": "float64", "boolean": "bool", "binary": "binary"}
+
+
+def _type_arg(text: str, option: str) -> Any:
+    """A column type on the command line: ``int64``, ``string``, ``decimal(12,2)`` or a JSON
+    Arrow type (``{"type": "large_utf8"}``)."""
+    import re
+
+    import pyarrow as pa
+
+    from lancepart.spec import arrow_type_from_json
+
+    t = text.strip()
+    m = re.fullmatch(r"decimal(128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)", t, flags=re.IGNORECASE)
+    try:
+        if m:
+            make = pa.decimal256 if m.group(1) == "256" else pa.decimal128
+            return make(int(m.group(2)), int(m.group(3)))
+        if t.startswith("{"):
+            return arrow_type_from_json(json.loads(t))
+        return arrow_type_from_json({"type": _TYPE_ALIASES.get(t.lower(), t.lower())})
+    except (ValueError, TypeError, LancepartError) as e:
+        raise InvalidArgumentError(f"{option}: {text!r} is not a column type ({e})") from None
+
+
+def _name_value(text: str, sep: str, option: str) -> tuple[str, str]:
+    name, found, value = text.partition(sep)
+    if not found or not name.strip() or not value.strip():
+        raise InvalidArgumentError(f"{option}: expected NAME{sep}VALUE, got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _cmd_alter(args: argparse.Namespace) -> Any:
+    import pyarrow as pa
+
+    add = [pa.field(n, _type_arg(t, "--add"), nullable=True) for n, t in
+           (_name_value(a, ":", "--add") for a in args.add or [])]
+    rename = dict(_name_value(r, "=", "--rename") for r in args.rename or [])
+    widen = {n: _type_arg(t, "--widen") for n, t in (_name_value(w, ":", "--widen") for w in args.widen or [])}
+    drop = list(args.drop or [])
+    if not (add or rename or drop or widen):
+        raise UsageError("alter: give at least one of --add, --rename, --drop, --widen")
+    ns = _open(args)
+    result = ns.update_schema(add=add, rename=rename, drop=drop, widen=widen, max_retries=args.max_retries)
+    from lancepart.spec import field_id_of
+
+    columns = [{"name": f.name, "type": str(f.type), "field_id": field_id_of(f), "nullable": f.nullable}
+               for f in ns.schema]
+    if args.json:
+        return {"root": ns.root, "manifest_version": result.manifest_version, "retries": result.retries,
+                "columns": columns}
+    print(f"{ns.root}: schema changed in manifest version {result.manifest_version}; partition tables are "
+          f"brought up to date by their next write or compaction")
+    for c in columns:
+        print(f"  {c['field_id']:>4}  {c['name']}: {c['type']}{'' if c['nullable'] else ' NOT NULL'}")
+    return None
+
+
 def _cmd_migrate(args: argparse.Namespace) -> Any:
     from lancepart.compat import migrate
     from lancepart.manifest import normalize_root
@@ -871,6 +931,18 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("--when-not-matched", choices=("insert", "ignore"), default="insert")
     mg.add_argument("--batch-id", metavar="ID", help="exactly-once id: already published makes this a no-op")
     _max_retries(mg)
+    al = add("alter", "change the namespace schema: add, rename, drop or widen columns, in one commit", _cmd_alter,
+             description="Change the namespace schema in one __manifest commit. New columns are nullable and get "
+                         "fresh field ids (never reused); renamed columns keep theirs (partition specs on them "
+                         "keep working); a dropped partition source reads as NULL; only lossless widenings. "
+                         "Partition tables are not rewritten: reads show them in the new schema.")
+    al.add_argument("--add", action="append", metavar="NAME:TYPE",
+                    help="add a nullable column, e.g. score:float64, note:string, price:decimal(12,2) (repeatable)")
+    al.add_argument("--rename", action="append", metavar="OLD=NEW", help="rename a column (repeatable)")
+    al.add_argument("--drop", action="append", metavar="NAME", help="drop a column (repeatable)")
+    al.add_argument("--widen", action="append", metavar="NAME:TYPE",
+                    help="widen a column's type losslessly, e.g. n:int64, x:float64, s:large_string (repeatable)")
+    _max_retries(al)
     return p
 
 

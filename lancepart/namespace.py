@@ -309,6 +309,26 @@ class PartitionedNamespace:
         self.refresh()
         return spec
 
+    def update_schema(self, add: Sequence[pa.Field] | None = None, rename: Mapping[str, str] | None = None,
+                      drop: Sequence[str] | None = None, widen: Mapping[str, pa.DataType] | None = None, *,
+                      max_retries: int = 20) -> CommitResult:
+        """Change the namespace schema in one ``__manifest`` commit (spec "Schema"): ``add``
+        nullable fields (fresh field ids, never reused), ``rename`` columns (ids kept, so
+        partition specs on them keep working), ``drop`` columns (a dropped partition source
+        reads as NULL) and ``widen`` types losslessly. Partition tables are not rewritten:
+        reads present them in the new schema, writes and compaction bring them up to date
+        (:mod:`lancepart.schema_evolution`, docs/schema-evolution.md).
+
+        >>> # ns.update_schema(add=[pa.field("score", pa.float64())], rename={"country": "region"},
+        >>> #                  widen={"id": pa.int64()})
+        """
+        self._writable("update_schema")
+        from lancepart.schema_evolution import update_schema
+
+        result = update_schema(self._manifest, add, rename, drop, widen, max_retries=max_retries)
+        self.refresh()
+        return result
+
     # ------------------------------------------------------------------ writing
     def write(
         self,
@@ -398,7 +418,8 @@ class PartitionedNamespace:
 
         parts, filter, scan_filter = self.scan_plan(filter)
         return scan(self.root, parts, self._schema, filter=filter, columns=columns,
-                    storage_options=self.storage_options, scan_filter=scan_filter)
+                    storage_options=self.storage_options, scan_filter=scan_filter,
+                    namespace_md=self._snapshot.metadata)
 
     def scan_plan(self, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:
         """What a read of ``filter`` scans, from one pruning pass over ``__manifest``: the kept

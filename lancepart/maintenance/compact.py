@@ -501,6 +501,11 @@ def compact(
     """
     started = time.monotonic()
     ns.refresh()
+    from lancepart.schema_evolution import upgrade_outdated
+
+    upgraded, upgrade_failures = upgrade_outdated(ns, filter)  # older tables into the current schema first
+    if upgraded:
+        ns.refresh()
     plan = plan_compaction(ns, filter, target_rows_per_fragment, min_small_fragments=min_small_fragments,
                            materialize_deletions_threshold=materialize_deletions_threshold)
     phases: dict[str, Any] = {"plan_s": round(time.monotonic() - started, 3)}
@@ -509,5 +514,8 @@ def compact(
     rewrites, failures = split_rewrites(
         map_threads(lambda tp: rewrite_or_failure(ns.root, tp, ns.storage_options), plan.tables))
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
-    return finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,
-                             compact_manifest_table=compact_manifest_table, failures=failures)
+    result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases,
+                               max_retries=max_retries, compact_manifest_table=compact_manifest_table,
+                               failures={**upgrade_failures, **failures})
+    result.details["schema_upgraded"] = upgraded
+    return result

@@ -43,7 +43,9 @@ from lancepart.ids import check_location
 from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo, Problem, VerifyReport
-from lancepart.spec import FIELD_ID_KEY_BYTES, PartitionSpec
+from lancepart.schema_evolution import MAX_FIELD_ID_KEY, conform, is_current, source_columns, table_field_ids
+from lancepart.spec import FIELD_ID_KEY_BYTES, PartitionSpec, field_id_of
+from lancepart.transforms import losslessly_castable
 
 log = logging.getLogger("lancepart.maintenance")
 
@@ -96,13 +98,31 @@ def check_manifest_columns(schema: pa.Schema, specs: Mapping[int, PartitionSpec]
     return problems
 
 
-def check_table_schema(info: PartitionInfo, table_schema: pa.Schema, schema: pa.Schema) -> list[Problem]:
-    """Problems between a partition table's columns and the namespace schema (``schema_mismatch``)."""
+def check_table_schema(info: PartitionInfo, table_schema: pa.Schema, schema: pa.Schema,
+                       namespace_md: Mapping[str, str] | None = None) -> list[Problem]:
+    """Problems between a partition table's columns and the namespace schema (``schema_mismatch``).
+    A table written under an older form of the schema (:mod:`lancepart.schema_evolution`) is
+    fine when each of its columns is a field id the namespace gave and, for a field still in the
+    schema, of a type that widens losslessly to the current one."""
     out = []
 
     def problem(msg: str) -> None:
         out.append(Problem(info.object_id, info.location, "schema_mismatch",
                            f"partition table {info.object_id!r}: {msg}"))
+
+    md = dict(namespace_md or {})
+    if md.get(MAX_FIELD_ID_KEY) is not None and not is_current(table_schema, md, schema):
+        ids = table_field_ids(table_schema, md, schema)
+        current = {field_id_of(f): f for f in schema}
+        for name in table_schema.names:
+            fid = ids.get(name)
+            if fid is None or fid > int(md[MAX_FIELD_ID_KEY]):
+                problem(f"column {name!r} has no field id of the namespace schema, past or present")
+            elif fid in current and table_schema.field(name).type != current[fid].type and not losslessly_castable(
+                    table_schema.field(name).type, current[fid].type):
+                problem(f"column {name!r} (field id {fid}) is {table_schema.field(name).type} in the table, which "
+                        f"does not widen to {current[fid].type} ({current[fid].name!r} in the namespace schema)")
+        return out
 
     for f in schema:
         if f.name not in table_schema.names:
@@ -184,7 +204,8 @@ def check_files(info: PartitionInfo, ds: lance.LanceDataset) -> tuple[list[Probl
 
 
 def check_rows(info: PartitionInfo, ds: lance.LanceDataset, spec: PartitionSpec | None, schema: pa.Schema,
-               expected: Mapping[str, pa.Scalar]) -> tuple[list[Problem], int]:
+               expected: Mapping[str, pa.Scalar], namespace_md: Mapping[str, str] | None = None
+               ) -> tuple[list[Problem], int]:
     """Read every row, fragment by fragment, and recompute its partition values (deep check)."""
     from lancepart.write.plan import partition_values
 
@@ -200,6 +221,8 @@ def check_rows(info: PartitionInfo, ds: lance.LanceDataset, spec: PartitionSpec 
                                     f"cannot be read: {' '.join(str(e).split())[:300]}"))
             continue
         rows += data.num_rows
+        if namespace_md and not is_current(data.schema, namespace_md, schema):  # an older form of the schema
+            data = conform(data, source_columns(ds.schema, namespace_md, schema, schema.names), schema)
         if spec is None or not data.num_rows or any(n not in data.column_names for n in schema.names):
             continue
         try:
@@ -293,9 +316,9 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
                                             f"partition table {info.object_id!r} belongs to spec v{info.spec_id}, "
                                             f"which the namespace does not define"))
             if spec is not None:
-                out.problems += check_table_schema(info, ds.schema, schema)
+                out.problems += check_table_schema(info, ds.schema, schema, ns.snapshot().metadata)
             if deep:
-                row_problems, out.rows = check_rows(info, ds, spec, schema, expected)
+                row_problems, out.rows = check_rows(info, ds, spec, schema, expected, ns.snapshot().metadata)
                 out.problems += row_problems
             return out
         finally:

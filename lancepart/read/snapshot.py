@@ -112,11 +112,19 @@ def unreadable_file(ds: lance.LanceDataset, columns: Sequence[str] | None = None
 
 def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,
          columns: Sequence[str] | None = None, storage_options: Mapping[str, str] | None = None,
-         scan_filter: str | None = None) -> pa.Table:
+         scan_filter: str | None = None, namespace_md: Mapping[str, str] | None = None) -> pa.Table:
     """Concatenate the published rows of ``partitions`` that match ``filter``, projected to
     ``columns``. ``scan_filter`` (an inclusive form of ``filter``) and the columns the filter
-    needs are pushed into each Lance scan; ``filter`` is then applied exactly."""
+    needs are pushed into each Lance scan; ``filter`` is then applied exactly.
+
+    A table written under an older namespace schema is read in the current one, by field id
+    (:mod:`lancepart.schema_evolution`; ``namespace_md`` are the root properties): renamed
+    columns under their new names, widened ones cast, missing ones NULL, dropped ones left out;
+    the filter is not pushed into such a table (its column names may mean other fields)."""
     from lancepart.read.prune import filter_columns
+    from lancepart.schema_evolution import conform, is_current, source_columns
+
+    namespace_md = dict(namespace_md or {})
 
     cols = list(columns) if columns is not None else list(schema.names)
     unknown = [c for c in cols if c not in schema.names]
@@ -131,14 +139,20 @@ def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, f
         if ds is None:  # declared, not created yet: no rows
             return read_schema.empty_table()
         # a data file gone or undecodable: a typed error naming the table and the file
+        mapping = None
+        if not is_current(ds.schema, namespace_md, schema):  # written under an older namespace schema
+            mapping = source_columns(ds.schema, namespace_md, schema, read_cols)
+        table_cols = read_cols if mapping is None else [c for c in mapping.values() if c is not None]
         try:
             with storage_errors(join_uri(root, info.location), table=info.object_id, reading=True):
-                t = scan_table(ds, read_cols, scan_filter)
+                t = scan_table(ds, table_cols, scan_filter if mapping is None else None)
         except CorruptTableError as e:
-            bad = unreadable_file(ds, read_cols)
+            bad = unreadable_file(ds, table_cols)
             if bad is None or bad in str(e):
                 raise
             raise CorruptTableError(f"{e} (the unreadable file is {bad})") from e
+        if mapping is not None:
+            return conform(t, mapping, read_schema)
         return t.select(read_schema.names).cast(read_schema)
 
     # Opening a table costs a few object-store round trips: overlap them (order is kept).

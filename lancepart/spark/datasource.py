@@ -608,8 +608,11 @@ class LancepartReader(DataSourceReader):
         tasks = plan_read(ns.root, parts, _int_option(self.options, "split_rows", None, 1), ns.storage_options)
         log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d tasks",
                  ns.root, ns.manifest_version, len(parts), len(tasks))
-        self.ns_schema = ns.schema
-        return [InputPartition(json.dumps({"task": t, "filter": filter, "scan_filter": scan_filter, "root": ns.root}))
+        from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY
+
+        legacy = ns.snapshot().metadata.get(LEGACY_FIELD_IDS_KEY)  # places the columns of tables of older schemas
+        return [InputPartition(json.dumps({"task": t, "filter": filter, "scan_filter": scan_filter, "root": ns.root,
+                                           "legacy": legacy}))
                 for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -622,7 +625,10 @@ class LancepartReader(DataSourceReader):
         d = json.loads(partition.value)
         target = to_arrow_schema(self.schema, timezone="UTC")
         so = storage_options(self.options)
-        for b in scan_batches(d["root"], d["task"], self.ns_schema, d["filter"], d["scan_filter"],
+        from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY, with_legacy_ids
+
+        ns_schema = with_legacy_ids(self.ns_schema, {LEGACY_FIELD_IDS_KEY: d["legacy"]} if d.get("legacy") else {})
+        for b in scan_batches(d["root"], d["task"], ns_schema, d["filter"], d["scan_filter"],
                               list(self.schema.names), so):
             if b.num_rows:
                 yield conform(b, target)

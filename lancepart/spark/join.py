@@ -188,7 +188,10 @@ def join(
         tasks = [json.dumps(_group_json(g)) for g in plan.groups]
         target = arrow_schema_for(spark, struct)
         shipped = ship_options(spark, so)
-        sides = [{"schema": ns.schema.serialize().to_pybytes(), "filter": f, "scan_filter": sf, "columns": s.names}
+        from lancepart.schema_evolution import with_legacy_ids
+
+        sides = [{"schema": with_legacy_ids(ns.schema, ns.snapshot().metadata).serialize().to_pybytes(), "filter": f,
+                  "scan_filter": sf, "columns": s.names}
                  for ns, f, sf, s in ((left_ns, filter_left, lscan, lschema), (right_ns, filter_right, rscan, rschema))]
         fn = _join_task(left_ns.root, right_ns.root, sides, plan.pairs, plan.how, right_suffix,
                         target.serialize().to_pybytes(), shipped)

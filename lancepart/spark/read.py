@@ -243,15 +243,23 @@ def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: 
         return
     frags = task.get("fragments")
     fragments = [ds.get_fragment(i) for i in frags] if frags is not None else None
+    from lancepart.schema_evolution import conform as in_current_schema
+    from lancepart.schema_evolution import is_current, legacy_md, source_columns
+
+    mapping = None  # a table written under an older namespace schema: its columns by field id
+    if not is_current(ds.schema, legacy_md(schema), schema):
+        mapping = source_columns(ds.schema, legacy_md(schema), schema, read_schema.names)
+        scan_filter = None  # its column names may mean other fields
+    table_cols = read_schema.names if mapping is None else [c for c in mapping.values() if c is not None]
     reader = None
     if scan_filter is not None:
         try:
-            reader = ds.scanner(columns=read_schema.names, filter=scan_filter, fragments=fragments,
+            reader = ds.scanner(columns=table_cols, filter=scan_filter, fragments=fragments,
                                 batch_size=SCAN_BATCH_ROWS).to_reader()
         except ValueError as e:  # Lance's planner refused it; the exact filter below still applies
             log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
     if reader is None:
-        reader = ds.scanner(columns=read_schema.names, fragments=fragments, batch_size=SCAN_BATCH_ROWS).to_reader()
+        reader = ds.scanner(columns=table_cols, fragments=fragments, batch_size=SCAN_BATCH_ROWS).to_reader()
     batches = iter(reader)
     while True:
         # a data file gone or undecodable: a typed error naming the table and the file (on the executor)
@@ -261,7 +269,10 @@ def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: 
             break
         if not batch.num_rows:
             continue
-        table = pa.Table.from_batches([batch]).select(read_schema.names).cast(read_schema)
+        table = pa.Table.from_batches([batch])
+        if mapping is not None:
+            table = in_current_schema(table, mapping, read_schema)
+        table = table.select(read_schema.names).cast(read_schema)
         if filter:
             table = apply_filter(table, filter)
         yield from table.select(cols).to_batches()
@@ -319,6 +330,9 @@ def read(
         return empty_frame(spark, struct)
     target = arrow_schema_for(spark, struct)
     shipped = ship_options(spark, so)
-    fn = _read_task(ns.root, ns.schema.serialize().to_pybytes(), filter, scan_filter, out.names,
+    from lancepart.schema_evolution import with_legacy_ids
+
+    fn = _read_task(ns.root, with_legacy_ids(ns.schema, ns.snapshot().metadata).serialize().to_pybytes(),
+                    filter, scan_filter, out.names,
                     target.serialize().to_pybytes(), shipped)
     return task_frame(spark, [json.dumps(t) for t in tasks]).mapInArrow(fn, struct)

@@ -115,6 +115,12 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
                     if keys is not None:  # no table there yet: the driver creates it with every task's fragments
                         written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so)
                     else:
+                        from lancepart.manifest import Manifest
+                        from lancepart.schema_evolution import ensure_current, rows_as
+
+                        now = ensure_current(Manifest(root, so), oid, location, schema)  # an older table: upgrade it
+                        if not now.equals(schema, check_metadata=True):  # schema changed since read
+                            rows = rows_as(rows, schema, now)
                         written = lance.fragment.write_fragments(rows, join_uri(root, location),
                                                                  schema=schema, max_rows_per_file=max_rows_per_file,
                                                                  storage_options=so)

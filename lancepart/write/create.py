@@ -58,7 +58,10 @@ def create_table(root: str, location: str, schema: pa.Schema, fragments: Sequenc
     version holds exactly ``fragments``; return that version."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    ds = lance.LanceDataset.commit(uri, LanceOperation.Overwrite(schema, list(fragments)), storage_options=so,
+    from lancepart.schema_evolution import table_schema
+
+    ds = lance.LanceDataset.commit(uri, LanceOperation.Overwrite(table_schema(schema), list(fragments)),
+                                   storage_options=so,
                                    commit_lock=commit_lock(uri, so))
     return ds.version
 
@@ -69,7 +72,9 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     whose rows are all at hand: ``(its fragments, the version created)``."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    ds = lance.write_dataset(data, uri, schema=schema, mode="create", max_rows_per_file=max_rows_per_file,
+    from lancepart.schema_evolution import table_schema
+
+    ds = lance.write_dataset(data, uri, schema=table_schema(schema), mode="create", max_rows_per_file=max_rows_per_file,
                              storage_options=so, commit_lock=commit_lock(uri, so))
     return [f.metadata for f in ds.get_fragments()], ds.version
 
@@ -130,9 +135,15 @@ def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Se
 
     def move(item: tuple[TableWrite, object]) -> list[FragmentMetadata]:
         w, ref = item
+        from lancepart.schema_evolution import ensure_current, rows_as
+
         ours = lance.dataset(join_uri(manifest.root, w.location), version=w.created, storage_options=so)
-        return lance.fragment.write_fragments(ours.to_table(), join_uri(manifest.root, ref.location),
-                                              schema=schema, storage_options=so)
+        rows, target = ours.to_table().select(schema.names).cast(schema), schema
+        now = ensure_current(manifest, ref.object_id, ref.location, schema)  # an older table: its schema first
+        if not now.equals(schema, check_metadata=True):
+            rows, target = rows_as(rows, schema, now), now
+        return lance.fragment.write_fragments(rows, join_uri(manifest.root, ref.location),
+                                              schema=target, storage_options=so)
 
     items = list(zip(writes, res.tables, strict=True))
     for (w, ref), frags in zip(items, map_threads(move, items), strict=True):

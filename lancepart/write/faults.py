@@ -25,6 +25,10 @@ STEPS = (
     "before_manifest_commit",  # inside the retry loop, just before the __manifest commit
     "after_manifest_commit",  # published
 )
+# steps of other operations than a write
+OTHER_STEPS = (
+    "before_schema_commit",  # update_schema: the new schema computed, its __manifest commit not yet made
+)
 _counts: dict[str, int] = {}
 _lock = threading.Lock()  # table commits reach their checkpoint from several threads
 

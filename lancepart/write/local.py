@@ -23,6 +23,7 @@ from lancepart.errors import InvalidArgumentError
 from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.schema_evolution import ensure_current, rows_as
 from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
@@ -138,6 +139,9 @@ def _write_local(
             elif w.keys is not None:
                 frags = write_new_fragments(rows, manifest.root, w.location, schema, max_rows_per_file, so)
             else:
+                now = ensure_current(manifest, w.object_id, w.location, schema)  # an older table: its schema first
+                if not now.equals(schema, check_metadata=True):  # the namespace schema changed since this write read it
+                    rows = rows_as(rows, schema, now)
                 frags = lance.fragment.write_fragments(rows, join_uri(manifest.root, w.location),
                                                        max_rows_per_file=max_rows_per_file, storage_options=so)
             faults.checkpoint("after_fragments")

@@ -68,7 +68,9 @@ def create_empty_table(root: str, location: str, schema: pa.Schema,
     """Create an empty partition table and return its version."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    ds = lance.write_dataset(schema.empty_table(), uri, mode="create", storage_options=so,
+    from lancepart.schema_evolution import table_schema
+
+    ds = lance.write_dataset(table_schema(schema).empty_table(), uri, mode="create", storage_options=so,
                              commit_lock=commit_lock(uri, so))
     return ds.version
 

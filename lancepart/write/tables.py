@@ -22,7 +22,7 @@ import lance
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
-from lancepart.errors import CommitConflictError, FragmentsGoneError
+from lancepart.errors import CommitConflictError, FragmentsGoneError, SchemaMismatchError
 from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
@@ -64,6 +64,7 @@ def commit_table(
     if not overwrite:
         published = lance.dataset(uri, version=base_version, storage_options=so)
         base = {_ident(f.metadata) for f in published.get_fragments()}
+        check_fields(published, fragments, location)
     removed = {_ident(f) for f in remove}
     if gone := removed - base:
         raise FragmentsGoneError(
@@ -78,6 +79,27 @@ def commit_table(
 
     return commit_exactly(uri, base_version, base, wanted, update, so, f"partition table {location}",
                           max_attempts=max_attempts)
+
+
+def _lance_field_ids(fields) -> set[int]:
+    out: set[int] = set()
+    for f in fields:
+        out.add(f.id())
+        out |= _lance_field_ids(f.children())
+    return out
+
+
+def check_fields(published: lance.LanceDataset, fragments: Sequence[FragmentMetadata], location: str) -> None:
+    """:class:`SchemaMismatchError` when ``fragments`` hold columns the table's published version
+    does not have (its schema changed after they were written: a widened column is a new Lance
+    field, and their values would read as NULL). Nothing is committed; the write is rerun."""
+    known = _lance_field_ids(published.lance_schema.fields())
+    stray = {fid for f in fragments for df in f.files for fid in df.fields if fid >= 0} - known
+    if stray:
+        raise SchemaMismatchError(
+            f"partition table {location}: its schema changed (version {published.version}) after this write's "
+            f"fragments were written (Lance field ids {sorted(stray)} are gone); nothing was committed: run the "
+            f"write again")
 
 
 def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted: set[Ident],

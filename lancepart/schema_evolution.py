@@ -1,0 +1,448 @@
+"""Namespace schema evolution with stable field ids (spec "Schema", "Column removal resistant").
+
+``update_schema`` changes the ``schema`` root property of ``__manifest`` in ONE commit (a Lance
+``UpdateConfig`` of the table metadata, recorded as ``lancepart.operation = update_schema``):
+
+* **add** — nullable fields only, under names not in use; each gets a fresh ``lance:field_id``
+  above the highest id *ever* used, kept in the root property ``lancepart.max_field_id`` so that
+  the id of a dropped column is never given again;
+* **rename** — the field keeps its id, so partition specs on it (``source_ids``) keep working;
+* **drop** — the field leaves the schema; a partition spec whose source it was stays, and its
+  transform reads the source as NULL (new rows go to the NULL partition);
+* **widen** — only lossless type changes (int32 -> int64, float32 -> float64, wider decimals,
+  string -> large_string, ...).
+
+Partition tables are not rewritten. Each table records, in its Arrow schema metadata under
+:data:`TABLE_FIELD_IDS_KEY`, the field id of each of its columns (Lance keeps schema metadata
+but drops the reserved ``lance:`` field metadata). Reads present every table in the current
+schema by field id (:func:`conform`); a table without that record (created before the first
+schema change) is read by the names of the schema it was written under, which the first change
+saves in the root property :data:`LEGACY_FIELD_IDS_KEY`. A write to an outdated table first
+brings it up to date (:func:`upgrade_table`), and so does compaction. docs/schema-evolution.md.
+
+Concurrency: two ``update_schema`` calls touching the root metadata conflict in Lance; the loser
+re-reads the newest schema, validates its change against it again and retries. A publish (an
+``Update`` of the rows) does not conflict with it: both land.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+
+from lancepart.errors import CommitConflictError, InvalidArgumentError, SchemaMismatchError
+from lancepart.manifest import OPERATION_PROPERTY, LanceCommitConflictError, Manifest, backoff
+from lancepart.results import CommitResult
+from lancepart.spec import (
+    FIELD_ID_KEY_BYTES,
+    _walk,
+    assign_field_ids,
+    field_id_of,
+    schema_from_json,
+    schema_to_json,
+)
+from lancepart.write import faults
+
+log = logging.getLogger("lancepart.schema")
+
+SCHEMA_KEY = "schema"
+#: Root property: the highest ``lance:field_id`` ever given in this namespace (never reused).
+MAX_FIELD_ID_KEY = "lancepart.max_field_id"
+#: Root property: ``{column name: field id}`` of the schema before its first change: how a
+#: partition table without :data:`TABLE_FIELD_IDS_KEY` is read.
+LEGACY_FIELD_IDS_KEY = "lancepart.legacy_field_ids"
+#: Arrow schema metadata key of a partition table: ``{column name: field id}`` of its columns.
+TABLE_FIELD_IDS_KEY = b"lancepart.field_ids"
+
+
+# --------------------------------------------------------------------------- the change itself
+
+
+def max_field_id(schema: pa.Schema, metadata: Mapping[str, str]) -> int:
+    """The highest field id ever used: the root property, or the highest id in ``schema``."""
+    ids = [fid for _, f in _walk(schema) if (fid := field_id_of(f)) is not None]
+    recorded = metadata.get(MAX_FIELD_ID_KEY)
+    return max([*ids, int(recorded) if recorded is not None else -1])
+
+
+def name_ids(schema: pa.Schema) -> dict[str, int]:
+    """``{top-level column name: field id}`` of a namespace schema."""
+    return {f.name: field_id_of(f) for f in schema}
+
+
+def _widening(src: pa.DataType, dst: pa.DataType) -> bool:
+    from lancepart.transforms import losslessly_castable
+
+    T = pa.types
+    if src == dst or T.is_null(src):
+        return False
+    if any(p(dst) for p in (T.is_string_view, T.is_binary_view, T.is_date64)):
+        return False  # not a storage type Lance keeps
+    return losslessly_castable(src, dst)
+
+
+def apply_change(schema: pa.Schema, metadata: Mapping[str, str], add: Sequence[pa.Field], rename: Mapping[str, str],
+                 drop: Sequence[str], widen: Mapping[str, pa.DataType]) -> tuple[pa.Schema, int]:
+    """The schema after the change and the new highest field id; a typed error naming the column
+    for a change the rules refuse. Names in ``rename``/``drop``/``widen`` are current names;
+    names in ``add`` must be free once the drops and renames are done."""
+    names = schema.names
+    for what, cols in (("rename", list(rename)), ("drop", list(drop)), ("widen", list(widen))):
+        unknown = [c for c in cols if c not in names]
+        if unknown:
+            raise InvalidArgumentError(f"update_schema {what}: column(s) {unknown} are not in the namespace "
+                                       f"schema (columns: {names})")
+    if dup := sorted({c for c in drop if list(drop).count(c) > 1}):
+        raise InvalidArgumentError(f"update_schema drop: column(s) {dup} named twice")
+    both = sorted(set(drop) & (set(rename) | set(widen)))
+    if both:
+        raise InvalidArgumentError(f"update_schema: column(s) {both} are both dropped and renamed/widened")
+    fields = {f.name: f for f in schema}
+    out: list[pa.Field] = []
+    for f in schema:
+        if f.name in drop:
+            continue
+        if f.name in widen:
+            new_type = widen[f.name]
+            if not isinstance(new_type, pa.DataType):
+                raise InvalidArgumentError(f"update_schema widen: column {f.name!r}: {new_type!r} is not a "
+                                           f"pyarrow DataType")
+            if not _widening(f.type, new_type):
+                raise SchemaMismatchError(
+                    f"update_schema widen: column {f.name!r} is {f.type}; {new_type} is not a lossless widening "
+                    f"(allowed: wider integers, float16/32 -> float64, decimal(p,s) -> decimal(p'>=p,s), "
+                    f"string -> large_string, binary -> large_binary)")
+            f = pa.field(f.name, new_type, f.nullable, f.metadata)
+        if f.name in rename:
+            target = rename[f.name]
+            if not isinstance(target, str) or not target or target == f.name:
+                raise InvalidArgumentError(f"update_schema rename: column {f.name!r} -> {target!r} is not a new name")
+            f = f.with_name(target)
+        out.append(f)
+    taken = [f.name for f in out]
+    if dup := sorted({n for n in taken if taken.count(n) > 1}):
+        raise InvalidArgumentError(f"update_schema rename: name(s) {dup} would be used by two columns")
+    top = max_field_id(schema, metadata)
+    added: list[pa.Field] = []
+    for f in add:
+        if not isinstance(f, pa.Field):
+            raise InvalidArgumentError(f"update_schema add: {f!r} is not a pyarrow Field")
+        if not f.nullable:
+            raise SchemaMismatchError(f"update_schema add: column {f.name!r} must be nullable (rows already "
+                                      f"written have no value for it)")
+        if not f.name or f.name in taken:
+            raise InvalidArgumentError(f"update_schema add: column name {f.name!r} is already in use")
+        if any(FIELD_ID_KEY_BYTES in (g.metadata or {}) for _, g in _walk([f])):
+            raise InvalidArgumentError(f"update_schema add: column {f.name!r} carries a field id; new columns get "
+                                       f"fresh ones")
+        taken.append(f.name)
+        added.append(f)
+    if added:
+        fresh = assign_field_ids(pa.schema(added), next_id=top + 1)
+        added = list(fresh)
+        top = max([top, *(field_id_of(g) for _, g in _walk(added))])
+    if not out and not added:
+        raise InvalidArgumentError("update_schema drop: the namespace schema would have no column left")
+    new = pa.schema(out + added, metadata=schema.metadata)
+    schema_to_json(new)  # duplicate names
+    assign_field_ids(new)  # duplicate ids
+    if new_names := [n for n in rename.values() if n in fields and n not in drop]:
+        # also a swap or a chain (a -> b, b -> c): do it in two calls
+        raise InvalidArgumentError(f"update_schema rename: name(s) {new_names} are already in use")
+    return new, top
+
+
+def _check_specs(schema: pa.Schema, metadata: Mapping[str, str]) -> None:
+    """Every published partition spec still evaluates against the new schema (a widened source
+    must keep its transform valid; a dropped source is allowed: it reads as NULL)."""
+    from lancepart.spec import PartitionSpec
+    from lancepart.transforms import validate_field
+
+    ids = {field_id_of(f) for f in schema}
+    for k, v in metadata.items():
+        if not k.startswith("partition_spec_v"):
+            continue
+        for pf in PartitionSpec.from_json(v).fields:
+            if all(s in ids for s in pf.source_ids):
+                try:
+                    validate_field(pf, schema)
+                except Exception as e:
+                    raise SchemaMismatchError(f"update_schema: partition field {pf.field_id!r} ({k}) would no longer "
+                                              f"evaluate on the new schema: {e}") from None
+
+
+def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, rename: Mapping[str, str] | None = None,
+                  drop: Sequence[str] | None = None, widen: Mapping[str, pa.DataType] | None = None, *,
+                  max_retries: int = 20) -> CommitResult:
+    """Apply the change to the ``schema`` root property in one ``__manifest`` commit; on a
+    conflict with a concurrent schema change, re-validate against the newest schema and retry."""
+    started = time.monotonic()
+    add, rename, drop, widen = list(add or []), dict(rename or {}), list(drop or []), dict(widen or {})
+    if isinstance(drop, str):
+        drop = [drop]
+    if not (add or rename or drop or widen):
+        raise InvalidArgumentError("update_schema: nothing to change (give add, rename, drop or widen)")
+    for attempt in range(max_retries + 1):
+        ds = manifest.dataset()
+        md = ds.metadata
+        current = schema_from_json(md[SCHEMA_KEY])
+        new, top = apply_change(current, md, add, rename, drop, widen)
+        _check_specs(new, md)
+        updates = {SCHEMA_KEY: json.dumps(schema_to_json(new), separators=(",", ":")),
+                   MAX_FIELD_ID_KEY: str(top)}
+        if LEGACY_FIELD_IDS_KEY not in md:
+            updates[LEGACY_FIELD_IDS_KEY] = json.dumps(name_ids(current), separators=(",", ":"), sort_keys=True)
+        faults.checkpoint("before_schema_commit")
+        op = LanceOperation.UpdateConfig(table_metadata_updates=LanceOperation.UpdateMap(updates, replace=False))
+        tx = lance.Transaction(read_version=ds.version, operation=op,
+                               transaction_properties={OPERATION_PROPERTY: "update_schema"})
+        try:
+            committed = lance.LanceDataset.commit(manifest.uri, tx, read_version=ds.version,
+                                                  storage_options=manifest.storage_options,
+                                                  commit_lock=manifest.commit_lock)
+        except LanceCommitConflictError:
+            backoff(attempt)
+            continue
+        except OSError as e:
+            from lancepart.manifest import is_commit_conflict
+
+            if not is_commit_conflict(e):
+                raise
+            backoff(attempt)
+            continue
+        log.info("schema of %s updated (add=%s rename=%s drop=%s widen=%s) in __manifest version %d",
+                 manifest.uri, [f.name for f in add], rename, drop, {k: str(v) for k, v in widen.items()},
+                 committed.version)
+        return CommitResult(manifest_version=committed.version, retries=attempt,
+                            seconds=round(time.monotonic() - started, 3),
+                            details={"schema": schema_to_json(new), "max_field_id": top})
+    raise CommitConflictError(f"update_schema: {max_retries + 1} attempts conflicted with concurrent schema changes "
+                              f"of {manifest.uri}; nothing was published")
+
+
+# --------------------------------------------------------------------------- partition tables
+
+
+def table_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema a new partition table is created with: the namespace schema plus the
+    record of its columns' field ids (:data:`TABLE_FIELD_IDS_KEY`)."""
+    md = dict(schema.metadata or {})
+    md[TABLE_FIELD_IDS_KEY] = json.dumps(name_ids(schema), separators=(",", ":"), sort_keys=True).encode()
+    return schema.with_metadata(md)
+
+
+def table_field_ids(table: pa.Schema, namespace_md: Mapping[str, str], schema: pa.Schema) -> dict[str, int]:
+    """``{table column name: field id}`` of a partition table's schema: its own record, else the
+    names of the schema before the first change (:data:`LEGACY_FIELD_IDS_KEY`), else the names
+    of ``schema`` (no change ever made)."""
+    raw = (table.metadata or {}).get(TABLE_FIELD_IDS_KEY)
+    if raw is not None:
+        ids = {k: int(v) for k, v in json.loads(raw).items()}
+    elif LEGACY_FIELD_IDS_KEY in namespace_md:
+        ids = {k: int(v) for k, v in json.loads(namespace_md[LEGACY_FIELD_IDS_KEY]).items()}
+    else:
+        ids = name_ids(schema)
+    return {n: ids[n] for n in table.names if n in ids}
+
+
+def is_current(table: pa.Schema, namespace_md: Mapping[str, str], schema: pa.Schema) -> bool:
+    """Whether the table's columns are exactly the namespace schema's (names, ids, types; in
+    any order)."""
+    ids = table_field_ids(table, namespace_md, schema)
+    if sorted(table.names) != sorted(schema.names):
+        return False
+    return all(ids.get(f.name) == field_id_of(f) and table.field(f.name).type == f.type for f in schema)
+
+
+def source_columns(table: pa.Schema, namespace_md: Mapping[str, str], schema: pa.Schema,
+                   columns: Sequence[str]) -> dict[str, str | None]:
+    """For each namespace column of ``columns``: the table column holding its field id, or None."""
+    by_id = {fid: n for n, fid in table_field_ids(table, namespace_md, schema).items()}
+    return {c: by_id.get(field_id_of(schema.field(c))) for c in columns}
+
+
+def conform(data: pa.Table, mapping: Mapping[str, str | None], target: pa.Schema) -> pa.Table:
+    """Rows read from an older table (columns named as in that table) as ``target``: renamed by
+    field id, widened columns cast, columns it lacks as NULL."""
+    n = data.num_rows
+    cols = []
+    for f in target:
+        src = mapping.get(f.name)
+        if src is None:
+            cols.append(pa.nulls(n, f.type))
+        else:
+            col = data.column(src)
+            cols.append(col if col.type == f.type else col.cast(f.type))
+    return pa.Table.from_arrays(cols, schema=target)
+
+
+def rows_as(rows: pa.Table, schema: pa.Schema, target: pa.Schema) -> pa.Table:
+    """Rows of namespace schema ``schema`` in the newer form ``target`` of it, by field id."""
+    by_id = {field_id_of(f): f.name for f in schema}
+    return conform(rows, {f.name: by_id.get(field_id_of(f)) for f in target}, target)
+
+
+def ensure_current(manifest: Manifest, object_id: str, location: str, schema: pa.Schema) -> pa.Schema:
+    """Before a write appends rows of ``schema`` to an existing partition table: the namespace
+    schema the table is in, brought up to date first when it is older (:func:`upgrade_table`).
+    One open of the table's latest version when it is current already. When the namespace
+    schema changed after the write read it, that is the newer one: the caller converts its
+    rows with :func:`rows_as` (every change keeps rows of an older form convertible)."""
+    from lancepart.manifest import join_uri
+
+    so = dict(manifest.storage_options) if manifest.storage_options else None
+    table = lance.dataset(join_uri(manifest.root, location), storage_options=so).schema
+    md: Mapping[str, str] = {}
+    if TABLE_FIELD_IDS_KEY not in (table.metadata or {}):
+        md = manifest.dataset().metadata
+    if is_current(table, md, schema):
+        return schema
+    return upgrade_table(manifest, object_id, location)[1]
+
+
+def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
+                  max_retries: int = 20) -> tuple[int | None, pa.Schema]:
+    """Bring the partition table ``object_id`` up to the newest namespace schema with Lance
+    schema evolution (``drop_columns``, ``alter_columns`` for renames and casts, ``add_columns``
+    all NULL, then the field-id record), on top of its *published* version, and publish the
+    version made in one ``__manifest`` commit (same rows, new schema). Returns that version (None
+    when the table was current already) and the schema. A table whose ``read_version`` moved
+    meanwhile (a concurrent write published) is redone on the new published version; a schema
+    change meanwhile makes it bring the table to that one."""
+    from lancepart.manifest import is_commit_conflict, join_uri
+
+    so = dict(manifest.storage_options) if manifest.storage_options else None
+    uri = join_uri(manifest.root, location)
+    for attempt in range(max_retries + 1):
+        snap = manifest.snapshot()
+        row = snap.row(object_id)
+        if row is None:
+            raise CommitConflictError(f"partition table {object_id} was removed from __manifest while its schema "
+                                      f"was being brought up to date")
+        published = row["read_version"]
+        md = snap.metadata
+        schema = schema_from_json(md[SCHEMA_KEY])
+        current = lance.dataset(uri, version=published, storage_options=so)
+        if is_current(current.schema, md, schema):
+            return None, schema
+        pub_frags = {f.fragment_id for f in current.get_fragments()}
+        try:
+            latest = lance.dataset(uri, storage_options=so)
+            if latest.version != published:  # versions nobody published: start again from the published one
+                lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
+                                          storage_options=so)
+            version = _evolve_table(uri, so, md, schema)
+        except (LanceCommitConflictError, OSError) as e:
+            if isinstance(e, OSError) and not is_commit_conflict(e):
+                raise
+            backoff(attempt, 0.01, 1.0)
+            continue
+        made = lance.dataset(uri, version=version, storage_options=so)
+        if {f.fragment_id for f in made.get_fragments()} != pub_frags:
+            backoff(attempt, 0.01, 1.0)  # a concurrent commit's fragments got in: redo from the published version
+            continue
+
+        def mutate(s, oid=object_id, pub=published, v=version, schema_json=md[SCHEMA_KEY]):
+            r = s.row(oid)
+            if r is None or r["read_version"] != pub or s.metadata.get(SCHEMA_KEY) != schema_json:
+                return None, False
+            return s.read_version_changes({oid: v}), True
+
+        _, moved, _ = manifest.update(mutate, max_retries=max_retries, what="upgrade table schema")
+        if moved:
+            log.info("partition table %s brought up to the namespace schema (version %d)", object_id, version)
+            return version, schema
+        backoff(attempt, 0.01, 1.0)
+    raise CommitConflictError(f"bringing partition table {object_id} up to the namespace schema: {max_retries + 1} "
+                              f"attempts conflicted with concurrent commits")
+
+
+def _evolve_table(uri: str, so: dict[str, str] | None, namespace_md: Mapping[str, str], schema: pa.Schema) -> int:
+    """The Lance schema evolution commits that make the latest version of the table at ``uri``
+    match ``schema``; the version made."""
+    ds = lance.dataset(uri, storage_options=so)
+    ids = table_field_ids(ds.schema, namespace_md, schema)
+    by_id = {fid: n for n, fid in ids.items()}
+    wanted = {field_id_of(f): f for f in schema}
+    gone = [n for n in ds.schema.names if ids.get(n) not in wanted]
+    if gone:
+        ds.drop_columns(gone)
+        ds = lance.dataset(uri, storage_options=so)
+    alters = []
+    for fid, f in wanted.items():
+        name = by_id.get(fid)
+        if name is None:
+            continue
+        alt: dict[str, Any] = {"path": name}
+        if name != f.name:
+            alt["name"] = f.name
+        if ds.schema.field(name).type != f.type:
+            alt["data_type"] = f.type
+        if len(alt) > 1:
+            alters.append(alt)
+    if alters:
+        # a rename to a name a dropped column had is fine: drops went first
+        ds.alter_columns(*alters)
+        ds = lance.dataset(uri, storage_options=so)
+    missing = [f.with_metadata(None) for fid, f in wanted.items() if fid not in by_id]
+    if missing:
+        ds.add_columns(missing)
+        ds = lance.dataset(uri, storage_options=so)
+    md = dict(ds.schema.metadata or {})
+    md[TABLE_FIELD_IDS_KEY] = table_schema(schema).metadata[TABLE_FIELD_IDS_KEY]
+    ds.update_schema_metadata({k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+                               for k, v in md.items()}, replace=True)
+    ds = lance.dataset(uri, storage_options=so)
+    if ds.schema.names != schema.names:  # column order: Lance appends added columns
+        log.debug("table %s column order %s differs from the namespace schema's %s", uri, ds.schema.names,
+                  schema.names)
+    return ds.version
+
+
+def upgrade_outdated(ns: Any, filter: str | None = None) -> tuple[int, dict[str, str]]:
+    """Bring every partition table ``filter`` selects that is in an older form of the schema up
+    to date (:func:`upgrade_table`); ``(tables upgraded, {object_id: why it was skipped})``.
+    Compaction runs this first: it rewrites old tables into the current schema."""
+    from lancepart.parallel import map_threads
+    from lancepart.read.snapshot import open_published
+
+    md = ns.snapshot().metadata
+    if MAX_FIELD_ID_KEY not in md:  # the schema never changed: every table is current
+        return 0, {}
+    parts = [p for p in ns.partitions(filter) if p.read_branch is None and p.read_tag is None]
+
+    def one(p: Any) -> bool | str:
+        try:
+            ds = open_published(ns.root, p, ns.storage_options)
+            if ds is None or is_current(ds.schema, md, ns.schema):
+                return False
+            return upgrade_table(ns.manifest, p.object_id, p.location)[0] is not None
+        except (CommitConflictError, SchemaMismatchError, OSError, ValueError) as e:
+            return f"{type(e).__name__}: {e}"
+
+    results = map_threads(one, parts)
+    failures = {p.object_id: r for p, r in zip(parts, results, strict=True) if isinstance(r, str)}
+    return sum(1 for r in results if r is True), failures
+
+
+def with_legacy_ids(schema: pa.Schema, namespace_md: Mapping[str, str]) -> pa.Schema:
+    """``schema`` carrying :data:`LEGACY_FIELD_IDS_KEY` in its schema metadata when the namespace
+    has it: what a Spark read ships to its executors, so that they place the columns of tables
+    without a field-id record without opening ``__manifest``."""
+    legacy = namespace_md.get(LEGACY_FIELD_IDS_KEY)
+    if legacy is None:
+        return schema
+    return schema.with_metadata({**(schema.metadata or {}), LEGACY_FIELD_IDS_KEY.encode(): legacy.encode()})
+
+
+def legacy_md(schema: pa.Schema) -> dict[str, str]:
+    """The root properties :func:`with_legacy_ids` put into ``schema`` (for :func:`is_current`)."""
+    raw = (schema.metadata or {}).get(LEGACY_FIELD_IDS_KEY.encode())
+    return {LEGACY_FIELD_IDS_KEY: raw.decode()} if raw is not None else {}
