@@ -15,6 +15,7 @@
     lancepart delete ROOT --filter SQL [--max-retries N]
     lancepart history ROOT [--limit N]
     lancepart rollback ROOT --version N [--max-retries N]
+    lancepart merge ROOT FILE... --on COL[,COL...] [--when-matched update|ignore] [--batch-id ID]
     lancepart alter ROOT [--add NAME:TYPE] [--rename OLD=NEW] [--drop NAME] [--widen NAME:TYPE]
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
