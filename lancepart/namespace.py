@@ -258,6 +258,7 @@ class PartitionedNamespace:
         self._specs = dict(sorted(specs.items()))
         self._snapshot = snap
         self._plans: dict[str, tuple[list[PartitionInfo], str | None, str | None]] = {}  # filter -> scan_plan
+        self._filter_facts: dict[tuple[str, str], Any] = {}  # per snapshot too: what a filter proves (search)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -259,6 +259,26 @@ def resolve_metric(column: str, infos: Sequence[PartitionInfo], datasets: Sequen
     return next(iter(found), "l2")
 
 
+def search_plan(ns: Any, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:
+    """:meth:`PartitionedNamespace.scan_plan`, with the filter dropped when the partition values
+    alone prove it TRUE for every row of every kept table (the strict projection of
+    :func:`lancepart.maintenance.delete.entire_tables`: identity-partitioned columns only): then
+    neither Lance's prefilter nor the exact filter has anything to remove. Cached per snapshot."""
+    parts, filter, scan_filter = ns.scan_plan(filter)
+    if filter is None or not parts:
+        return parts, filter, scan_filter
+    key = ("entire", filter)
+    entire = ns._filter_facts.get(key)
+    if entire is None:
+        from lancepart.maintenance.delete import entire_tables
+
+        entire = entire_tables(filter, ns.schema, ns.specs, ns.snapshot().table_pins())
+        ns._filter_facts[key] = entire
+    if all(p.object_id in entire for p in parts):
+        return parts, None, None
+    return parts, filter, scan_filter
+
+
 def search(ns: Any, column: str, query: Any, k: int = 10, filter: str | None = None, *,
            columns: Sequence[str] | None = None, **params: Any) -> pa.Table:
     """The ``k`` rows nearest to ``query`` in vector column ``column`` among the published rows
@@ -273,7 +293,7 @@ def search(ns: Any, column: str, query: Any, k: int = 10, filter: str | None = N
     q = query_vector(column, query, dim)
     k = check_k(k)
     params = vector_params(params)
-    parts, filter, scan_filter = ns.scan_plan(filter)
+    parts, filter, scan_filter = search_plan(ns, filter)
     cols, read_schema = _read_schema(schema, columns, filter)
     plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options)
     datasets = map_threads(ns._published_dataset, parts)  # kept open by the handle: warm index caches
@@ -303,7 +323,7 @@ def search_text(ns: Any, column: str, query: str, k: int = 10, filter: str | Non
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgumentError(f"full-text query for column {column!r} must be a non-empty string, got {query!r}")
     k = check_k(k)
-    parts, filter, scan_filter = ns.scan_plan(filter)
+    parts, filter, scan_filter = search_plan(ns, filter)
     cols, read_schema = _read_schema(schema, columns, filter)
     plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options)
     found = map_threads(lambda info: text_table(plan, info, ns._published_dataset(info), query, k), parts)
