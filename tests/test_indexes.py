@@ -7,6 +7,12 @@ version and compares with a brute-force answer."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import lance
@@ -15,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from lancepart import PartitionedNamespace
+from lancepart.cli import main
 from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.index import declared_indexes, index_state
 from lancepart.manifest import join_uri
@@ -172,3 +179,158 @@ def test_list_and_drop_index(ns):
     assert not any("id_btree" in index_names(ds) for ds in published(ns).values())
     with pytest.raises(InvalidArgumentError, match="no index named 'id_btree'"):
         ns.drop_index("id_btree")
+
+
+def assert_no_stale(ns: PartitionedNamespace, version: int | None = None) -> None:
+    """No published index names a fragment its table version does not have (issue 15 item 2)."""
+    for oid, ds in published(ns, version).items():
+        live = {f.fragment_id for f in ds.get_fragments()}
+        for i in ds.describe_indices():
+            covered = {f for seg in i.segments for f in seg.fragment_ids}
+            assert covered <= live, (oid, ds.version, i.name, covered - live)
+
+
+def test_write_keeps_declared_index(ns):
+    """Issue 15 item 2: an append's new fragments are added to the declared index
+    (optimize_indices) before the publish; a new partition above min_rows is indexed by the write
+    that creates it, a small one is not; ``index_on_write=False`` leaves the new fragments out."""
+    ns.create_index("vec", "IVF_PQ", min_rows=1000, num_partitions=4, num_sub_vectors=4)
+    ns.create_index("id", "BTREE", min_rows=1000)
+    decls = declared_indexes(ns)
+    ns.write(rows(3000, start=10_000, parts=("a", "b", "d")))  # appends to a and b, creates d (1000 rows)
+    ns.write(rows(20, start=20_000, parts=("e",)))  # a new partition below min_rows
+    tables = published(ns)
+    small = [ds for ds in tables.values() if ds.count_rows() < 1000]
+    assert len(tables) == 5 and len(small) == 1
+    assert index_names(small[0]) == set()
+    q = np.random.default_rng(3).standard_normal(DIM).astype(np.float32)
+    for ds in tables.values():
+        if ds.count_rows() >= 1000:
+            assert [index_state(ds, d) for d in decls] == ["ok", "ok"], ds.uri
+            assert ann(ds, q, 5) == brute_knn(ds, q, 5)
+            assert ds.to_table(filter="id = 10003").num_rows == (1 if 10003 in ds.to_table(
+                columns=["id"]).column("id").to_pylist() else 0)
+    ns.write(rows(300, start=30_000, parts=("a",)), index_on_write=False)
+    state = {ds.to_table(columns=["part"], limit=1).column("part")[0].as_py(): index_state(ds, decls[0])
+             for ds in published(ns).values()}
+    assert state == {"a": "partial", "b": "ok", "c": "ok", "d": "ok", "e": "missing"}
+
+
+def test_compaction_keeps_valid_index_through_cleanup(ns):
+    """Issue 15 item 2: compaction rewrites fragments and the version it publishes carries an
+    index covering exactly live fragments (never one naming the rewritten ones); tables it did
+    not compact get their new fragments indexed by the same job; the index survives append +
+    compaction + cleanup and still answers with the right rows."""
+    ns.create_index("vec", "IVF_PQ", min_rows=1000, num_partitions=4, num_sub_vectors=4)
+    ns.create_index("id", "BTREE", min_rows=1000)
+    decls = declared_indexes(ns)
+    for i in range(3):
+        ns.write(rows(300, start=40_000 + 1000 * i), index_on_write=False)
+    first = manifest_version(ns)
+    r = ns.compact(min_small_fragments=2)
+    assert r.partitions_touched == 3 and r.details["fragments_after"] < r.details["fragments_before"]
+    for v in range(first + 1, manifest_version(ns) + 1):
+        assert_no_stale(ns, v)
+    tables = published(ns)
+    for ds in tables.values():
+        assert [index_state(ds, d) for d in decls] == ["ok", "ok"]
+    ns.write(rows(600, start=50_000))  # append after the compaction: indexed by the write
+    stats = ns.cleanup(timedelta(0), allow_short_retention=True)
+    assert stats.versions_removed > 0
+    q = np.random.default_rng(5).standard_normal(DIM).astype(np.float32)
+    every = ns.to_table()
+    assert every.num_rows == 6000 + 900 + 600
+    for ds in published(ns).values():
+        ds = lance.dataset(ds.uri, version=ds.version)  # reopened after the cleanup
+        assert [index_state(ds, d) for d in decls] == ["ok", "ok"]
+        assert "ANNSubIndex" in ds.scanner(nearest={"column": "vec", "q": q, "k": 5}).explain_plan()
+        assert ann(ds, q, 5) == brute_knn(ds, q, 5)
+        ids = ds.to_table(columns=["id"]).column("id").to_numpy()
+        probe = int(ids[len(ids) // 2])
+        assert ds.to_table(columns=["id"], filter=f"id = {probe}").column("id").to_pylist() == [probe]
+
+
+def test_verify_index_missing_and_cli(ns, capsys):
+    """Issue 15 item 2: ``verify`` reports a declared index absent from a table above the
+    threshold (kind ``index_missing``, exit 3); ``lancepart index ROOT create|list|drop --json``."""
+    assert main(["--json", "index", ns.root, "create", "id", "BTREE", "--min-rows", "1000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["partitions_touched"] == 3 and out["details"]["index"]["name"] == "id_btree"
+    assert main(["--json", "index", ns.root, "list"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["indexes"]
+    assert (listed["indexed"], listed["above_min_rows"], listed["missing"]) == (3, 3, [])
+    assert ns.verify().ok
+    # a table published without the index (a writer with index_on_write=False creates it)
+    ns.write(rows(1500, start=60_000, parts=("z",)), index_on_write=False)
+    report = ns.verify()
+    assert [p.kind for p in report.problems] == ["index_missing"]
+    assert "'id_btree'" in report.problems[0].message and "1500 rows" in report.problems[0].message
+    assert main(["--json", "verify", ns.root]) == 3
+    capsys.readouterr()
+    assert main(["--json", "index", ns.root, "create", "id", "BTREE", "--min-rows", "1000"]) == 0  # finishes it
+    assert json.loads(capsys.readouterr().out)["partitions_touched"] == 1
+    assert ns.verify().ok
+    assert main(["--json", "index", ns.root, "drop", "id_btree"]) == 0
+    assert json.loads(capsys.readouterr().out)["partitions_touched"] == 4
+    assert main(["--json", "index", ns.root, "drop"]) == 64  # usage: the name is missing
+
+
+def test_concurrent_writer_during_index_build_loses_nothing(ns):
+    """Issue 15 acceptance: a real writer process appends (to indexed tables and to new
+    partitions) while the index is built; after both publish every row is there, read_version
+    never moved backwards, and every table above the threshold carries the index (the writer
+    kept it on the tables it touched, the build's rebase indexed what was published first)."""
+    from tests.conftest import assert_read_versions_only_increase
+
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    v0 = manifest_version(ns)
+    proc = subprocess.Popen([sys.executable, str(HERE / "index_writer_proc.py"), ns.root, "--start", "100000"],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    r = ns.create_index("vec", "IVF_PQ", min_rows=1000, num_partitions=4, num_sub_vectors=4)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0
+    written = json.loads(out.strip().splitlines()[-1])
+    ns.refresh()
+    got = np.sort(ns.to_table(columns=["id"]).column("id").to_numpy())
+    want = np.sort(np.concatenate([np.arange(6000), np.array(written)]))
+    assert np.array_equal(got, want)
+    assert_read_versions_only_increase(ns)
+    # (the build may find every table indexed by the writer: its publishes keep the declared index too)
+    # the writer's publishes span the build: some land before the build's publish, some after
+    appends = [h.version for h in ns.history() if h.operation == "append" and h.version > v0]
+    assert min(appends) < r.manifest_version < max(appends) or r.retries > 0, (r.manifest_version, appends)
+    assert ns.verify().ok, ns.verify().problems
+    q = np.random.default_rng(11).standard_normal(DIM).astype(np.float32)
+    for ds in published(ns).values():
+        if ds.count_rows() >= 1000:
+            assert index_state(ds, declared_indexes(ns)[0]) == "ok"
+            assert ann(ds, q, 5) == brute_knn(ds, q, 5)
+
+
+def test_unpublished_fragments_never_published_by_index_build(ns):
+    """docs/indexes.md: Lance commits an index build on a table's latest version; a version
+    beyond read_version (a writer that died before publishing) must not leak into the version
+    the build publishes."""
+    first = next(iter(published(ns).values()))
+    lance.write_dataset(rows(50, start=900_000, parts=("a",)).cast(first.schema), first.uri, mode="append")
+    assert lance.dataset(first.uri).count_rows() == 2050
+    ns.create_index("id", "BTREE", min_rows=1000)
+    after = next(d for d in published(ns).values() if d.uri == first.uri)
+    assert after.count_rows() == 2000 and "id_btree" in index_names(after)
+    assert ns.to_table(filter="id >= 900000").num_rows == 0
+
+
+def test_job_config_index_on_write():
+    """Issue 15 item 2: ``index.on_write`` in a job config (default true), typed errors."""
+    from lancepart.config import JobConfig
+    from lancepart.errors import ConfigError
+
+    base = {"namespace": {"root": "/tmp/x"}}
+    assert JobConfig.from_dict(base).index_on_write is True
+    assert JobConfig.from_dict({**base, "index": {"on_write": False}}).index_on_write is False
+    with pytest.raises(ConfigError, match=r"index\.on_write must be true or false"):
+        JobConfig.from_dict({**base, "index": {"on_write": "no"}})
+    with pytest.raises(ConfigError, match="unknown key 'min_row'"):
+        JobConfig.from_dict({**base, "index": {"min_row": 5}})

@@ -27,7 +27,7 @@ import pyarrow as pa
 from lance import LanceOperation
 
 from lancepart.errors import CommitConflictError, InvalidArgumentError, SchemaMismatchError
-from lancepart.manifest import backoff
+from lancepart.manifest import LanceCommitConflictError, backoff, is_commit_conflict
 from lancepart.write.tables import _ident, commit_exactly
 
 if TYPE_CHECKING:
@@ -256,7 +256,13 @@ def apply_on_exact(uri: str, base_version: int, op: Maintain | Drop, storage_opt
             latest = lance.dataset(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
                                    storage_options=so)
         if op.needed(latest):
-            op.run(latest)
+            try:
+                op.run(latest)
+            except (LanceCommitConflictError, OSError, RuntimeError) as e:
+                if not is_commit_conflict(e) and "conflict" not in str(e).lower():
+                    raise
+                backoff(attempt, 0.01, 1.0)  # a concurrent table commit won: go round on the new latest
+                continue
             latest = lance.dataset(uri, storage_options=so)
         if {_ident(f.metadata) for f in latest.get_fragments()} == base and not op.needed(latest):
             return latest.version

@@ -109,7 +109,7 @@ def set_declaration(manifest: Manifest, key: str, value: str | None, check: Call
                               f"concurrent commits; nothing was published")
 
 
-def publish_tables(ns: PartitionedNamespace, op_json: str, what: str, *, max_retries: int = 20,
+def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: int = 20,
                    apply_tables: ApplyTables | None = None,
                    still_wanted: Callable[[ManifestSnapshot], None] | None = None) -> CommitResult:
     """Apply ``op_json`` to the published version of every partition table and move all the
@@ -117,7 +117,6 @@ def publish_tables(ns: PartitionedNamespace, op_json: str, what: str, *, max_ret
     from lancepart.namespace import _partition_spec_id
 
     started = time.monotonic()
-    manifest = ns.manifest
     apply = apply_tables or apply_on_threads(manifest, op_json)
     done: dict[str, tuple[int, int]] = {}  # object_id -> (published version worked on, version made)
     seen: dict[str, Any] = {}
@@ -181,7 +180,7 @@ def create_index(ns: PartitionedNamespace, column: str, index_type: str, *, name
                                       f"nothing was published")
 
     op_json = op_to_json("maintain", [decl], rebuild)
-    result = publish_tables(ns, op_json, f"create_index {decl.name}", max_retries=max_retries,
+    result = publish_tables(ns.manifest, op_json, f"create_index {decl.name}", max_retries=max_retries,
                             apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted)
     result.details.update(index=decl.to_dict())
     return result
@@ -196,12 +195,33 @@ def drop_index(ns: PartitionedNamespace, name: str, *, max_retries: int = 20,
     key = IndexDeclaration(name, "", "").key
     previous = set_declaration(ns.manifest, key, None, lambda current: current is None, max_retries)
     op_json = op_to_json("drop", names=[name])
-    result = publish_tables(ns, op_json, f"drop_index {name}", max_retries=max_retries,
+    result = publish_tables(ns.manifest, op_json, f"drop_index {name}", max_retries=max_retries,
                             apply_tables=apply_tables(op_json) if apply_tables else None)
     if previous is None and not result.partitions_touched:
         declared = ", ".join(d.name for d in declarations(ns.manifest.dataset().metadata)) or "none"
         raise InvalidArgumentError(f"no index named {name!r} is declared in {ns.root} (declared: {declared})")
     return result
+
+
+def maintain_all(manifest: Manifest, *, max_retries: int = 20,
+                 apply_tables: Callable[[str], ApplyTables] | None = None) -> CommitResult | None:
+    """Bring every declared index up to date on every published partition table (build where a
+    table passed ``min_rows``, ``optimize_indices`` where fragments are outside it, rebuild where
+    it names fragments gone) in one publish; None when no index is declared. The compaction job
+    runs it after its own publish."""
+    decls = declarations(manifest.dataset().metadata)
+    if not decls:
+        return None
+    wanted = {d.key: d.to_json() for d in decls}
+
+    def still_wanted(snap: ManifestSnapshot) -> None:
+        if any(snap.metadata.get(k) != v for k, v in wanted.items()):
+            raise CommitConflictError("a declared index was dropped or redeclared during index maintenance; "
+                                      "nothing was published (the next run picks the new declarations up)")
+
+    op_json = op_to_json("maintain", decls)
+    return publish_tables(manifest, op_json, "index maintenance", max_retries=max_retries,
+                          apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted)
 
 
 def coverage(root: str, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration],

@@ -8,15 +8,18 @@ partition tables with pylance on the executors.
 >>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'")
 >>> # lps.compact(spark, "/data/events", filter="event_date < DATE '2025-12-01'")
 >>> # lps.delete(spark, "/data/events", "user_id = 42")
+>>> # lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256)
 """
 
 from lancepart.read.spj import Compatibility, JoinPlan, spj_compatibility
 from lancepart.spark.compact import compact
 from lancepart.spark.datasource import last_result, register
 from lancepart.spark.delete import delete
+from lancepart.spark.index import create_index, drop_index
 from lancepart.spark.join import explain_join, join
 from lancepart.spark.read import read
 from lancepart.spark.write import write
 
-__all__ = ["Compatibility", "JoinPlan", "compact", "delete", "explain_join", "join", "last_result", "read", "register",
+__all__ = ["Compatibility", "JoinPlan", "compact", "create_index", "delete", "drop_index",
+           "explain_join", "join", "last_result", "read", "register",
            "spj_compatibility", "write"]
