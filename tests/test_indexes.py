@@ -334,3 +334,38 @@ def test_job_config_index_on_write():
         JobConfig.from_dict({**base, "index": {"on_write": "no"}})
     with pytest.raises(ConfigError, match="unknown key 'min_row'"):
         JobConfig.from_dict({**base, "index": {"min_row": 5}})
+
+
+def test_spark_create_index_on_executors(ns, spark):
+    """Issue 15 item 1: ``lps.create_index`` builds on the executors (tables spread over tasks)
+    with the same single publish; a later write keeps the index (the publish ``lps.write`` shares);
+    ``lps.drop_index`` removes it everywhere in one publish."""
+    from lancepart import spark as lps
+
+    before = manifest_version(ns)
+    r = lps.create_index(spark, ns.root, "vec", "IVF_PQ", min_rows=1000, num_partitions=4, num_sub_vectors=4)
+    assert r.details["spark_jobs"] == 1 and r.details["spark_tasks"] >= 1
+    assert r.partitions_touched == 3 and manifest_version(ns) == before + 2
+    decl = declared_indexes(ns.refresh())[0]
+    assert all(index_state(ds, decl) == "ok" for ds in published(ns).values())
+    ns.write(rows(3000, start=70_000, parts=("a", "b", "q")))  # q: a new partition of 1000 rows
+    tables = published(ns)
+    assert len(tables) == 4
+    assert all(index_state(ds, decl) == "ok" for ds in tables.values())
+    q = np.random.default_rng(13).standard_normal(DIM).astype(np.float32)
+    for ds in tables.values():
+        assert ann(ds, q, 5) == brute_knn(ds, q, 5)
+    r = lps.drop_index(spark, ns.root, decl.name)
+    assert r.partitions_touched == 4 and not any(index_names(ds) for ds in published(ns).values())
+
+
+def test_index_that_cannot_be_built_never_fails_a_write(ns, caplog):
+    """An index is never a reason to lose a write: a declaration Lance cannot build (here
+    num_sub_vectors does not divide the dimension) is skipped by the write with a warning, the rows
+    are published, and verify reports the table as ``index_missing``."""
+    ns.create_index("vec", "IVF_PQ", min_rows=2500, num_partitions=2, num_sub_vectors=5)  # no table has 2500
+    with caplog.at_level("WARNING", logger="lancepart.write"):
+        r = ns.write(rows(900, start=80_000, parts=("a",)))
+    assert r.rows_written == 900 and ns.to_table(filter="id >= 80000").num_rows == 900
+    assert "declared indexes not updated" in caplog.text
+    assert [p.kind for p in ns.verify().problems] == ["index_missing"]

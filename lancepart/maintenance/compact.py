@@ -45,7 +45,7 @@ from lance.optimize import Compaction, CompactionOptions, CompactionTask
 from lancepart.error_mapping import typed_error
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
-from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations
+from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations, index_state
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
@@ -347,9 +347,19 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
             raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
         faults.checkpoint("after_table_commit")
         if decls:  # the index on the compacted version: never one naming the rewritten fragments
-            version = apply_on_exact(join_uri(manifest.root, rw.location), version,
-                                     Maintain(decls, storage_options=manifest.storage_options),
-                                     manifest.storage_options, f"partition table {rw.location} (index)")
+            try:
+                version = apply_on_exact(join_uri(manifest.root, rw.location), version,
+                                         Maintain(decls, storage_options=manifest.storage_options),
+                                         manifest.storage_options, f"partition table {rw.location} (index)")
+            except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
+                compacted = lance.dataset(join_uri(manifest.root, rw.location), version=version,
+                                          storage_options=manifest.storage_options)
+                if any(index_state(compacted, d) == "stale" for d in decls):  # it would name rewritten fragments
+                    failures[oid] = (f"its declared indexes could not be rebuilt on the compacted version "
+                                     f"({type(e).__name__}: {e}); left uncompacted")
+                    return failures[oid]
+                log.warning("partition table %s: declared indexes not updated on compacted version %d (%s: %s)",
+                            oid, version, type(e).__name__, e)
         return version, base
 
     decls: list[IndexDeclaration] = []

@@ -36,6 +36,7 @@ from lancepart.manifest import (
     ManifestChanges,
     ManifestSnapshot,
     SnapshotGone,
+    is_not_found,
     join_uri,
 )
 from lancepart.parallel import map_threads
@@ -154,9 +155,7 @@ def publish(
                 raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
             faults.checkpoint("after_table_commit")
             if decls:
-                version = apply_on_exact(join_uri(manifest.root, w.location), version,
-                                         Maintain(decls, storage_options=manifest.storage_options),
-                                         manifest.storage_options, f"partition table {w.location} (index)")
+                version = index_or_warn(manifest, oid, w.location, version, decls)
             return version
 
         t = time.monotonic()
@@ -208,6 +207,24 @@ def publish(
     return result
 
 
+def index_or_warn(manifest: Manifest, object_id: str, location: str, version: int,
+                  decls: Sequence[IndexDeclaration]) -> int:
+    """The version of the table at ``location`` holding exactly the fragments of ``version`` with
+    the declared indexes up to date; ``version`` itself, with a warning, when Lance cannot build
+    one (the data is published unindexed: a search scans it flat, ``verify`` reports
+    ``index_missing``); an index never fails a write."""
+    try:
+        return apply_on_exact(join_uri(manifest.root, location), version,
+                              Maintain(decls, storage_options=manifest.storage_options), manifest.storage_options,
+                              f"partition table {location} (index)")
+    except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
+        if is_not_found(e):
+            raise  # the version is gone (a cleanup): the caller rebases
+        log.warning("partition table %s: declared indexes not updated on version %d, published without them "
+                    "(%s: %s)", object_id, version, type(e).__name__, e)
+        return version
+
+
 def keep_indexes(manifest: Manifest, created: Sequence[TableWrite], decls: Sequence[IndexDeclaration],
                  indexed: dict[str, int]) -> None:
     """Bring the declared indexes ``decls`` up to date on the tables this write created (each
@@ -216,9 +233,7 @@ def keep_indexes(manifest: Manifest, created: Sequence[TableWrite], decls: Seque
     todo = [w for w in created if w.object_id not in indexed]
 
     def one(w: TableWrite) -> int:
-        return apply_on_exact(join_uri(manifest.root, w.location), w.created,
-                              Maintain(decls, storage_options=manifest.storage_options), manifest.storage_options,
-                              f"partition table {w.location} (index)")
+        return index_or_warn(manifest, w.object_id, w.location, w.created, decls)
 
     for w, version in zip(todo, map_threads(one, todo), strict=True):
         indexed[w.object_id] = w.created
