@@ -369,3 +369,24 @@ def test_index_that_cannot_be_built_never_fails_a_write(ns, caplog):
     assert r.rows_written == 900 and ns.to_table(filter="id >= 80000").num_rows == 900
     assert "declared indexes not updated" in caplog.text
     assert [p.kind for p in ns.verify().problems] == ["index_missing"]
+
+
+def test_killed_build_publishes_nothing_and_a_rerun_finishes(ns):
+    """kill -9 (os._exit) of create_index after the table builds, before its publish: readers
+    see no index anywhere (the declaration is there; verify reports index_missing), no row
+    changed; running create_index again publishes every table indexed in one commit."""
+    code = ("import sys; from lancepart import PartitionedNamespace; "
+            "PartitionedNamespace.open(sys.argv[1]).create_index('id', 'BTREE', min_rows=1000)")
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "LANCEPART_FAULT": "before_manifest_commit:exit"}
+    before = ns.to_table().sort_by("id")
+    proc = subprocess.run([sys.executable, "-c", code, ns.root], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 77, proc.stderr
+    assert not any(index_names(ds) for ds in published(ns).values())
+    assert any(lance.dataset(ds.uri).version > ds.version for ds in published(ns).values())  # built, unpublished
+    assert {p.kind for p in ns.verify().problems} == {"index_missing"}
+    assert ns.refresh().to_table().sort_by("id").equals(before)
+    v = manifest_version(ns)
+    r = ns.create_index("id", "BTREE", min_rows=1000)
+    assert r.partitions_touched == 3 and manifest_version(ns) == v + 1  # declared already: one publish
+    assert ns.verify().ok and ns.to_table().sort_by("id").equals(before)

@@ -39,6 +39,7 @@ from lancepart.index import (
 from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.write import faults
 from lancepart.write.guard import commit_on_published
 
 if TYPE_CHECKING:
@@ -132,11 +133,13 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
                 if r["object_id"] not in done or done[r["object_id"]][0] != r["read_version"]]
         for oid, base, version in apply(snap.version, todo) if todo else []:
             done[oid] = (base, version)
+        faults.checkpoint("after_table_commits")
         changed = {r["object_id"]: done[r["object_id"]][1] for r in rows
                    if done[r["object_id"]][1] != r["read_version"]}
         seen.update(tables=len(rows), pinned=pinned, changed=changed)
         if not changed:
             return None, None
+        faults.checkpoint("before_manifest_commit")
         return snap.read_version_changes(changed), None
 
     snap, _, retries = manifest.update(mutate, max_retries=max_retries, what=what)
