@@ -390,3 +390,30 @@ def test_killed_build_publishes_nothing_and_a_rerun_finishes(ns):
     r = ns.create_index("id", "BTREE", min_rows=1000)
     assert r.partitions_touched == 3 and manifest_version(ns) == v + 1  # declared already: one publish
     assert ns.verify().ok and ns.to_table().sort_by("id").equals(before)
+
+
+def test_write_after_delete_extends_index_compaction_rebuilds(ns):
+    """Issue 15 item 2 on the ingest hot path: a delete that removed whole fragments leaves the
+    index naming them (Lance skips them); a later write only extends that index (the trained
+    segments stay, nothing is retrained), answers stay right; an overwrite (no live fragment
+    indexed) rebuilds; the compaction job leaves no index naming a fragment that is gone."""
+    ns.create_index("vec", "IVF_PQ", min_rows=1000, num_partitions=4, num_sub_vectors=4)
+    decl = declared_indexes(ns)[0]
+    ns.delete("id >= 4500")  # the second fragment of every table, entirely
+    assert {index_state(ds, decl) for ds in published(ns).values()} == {"stale"}
+    ns.write(rows(1500, start=90_000))
+    q = np.random.default_rng(17).standard_normal(DIM).astype(np.float32)
+    for ds in published(ns).values():
+        live = {f.fragment_id for f in ds.get_fragments()}
+        covered = {f for i in ds.describe_indices() for s in i.segments for f in s.fragment_ids}
+        # extended by optimize_indices: every live fragment in it, the deleted one still named (not retrained)
+        assert live <= covered and covered - live
+        assert ann(ds, q, 5) == brute_knn(ds, q, 5)
+    ns.write(rows(3000, start=95_000, parts=("a",)), mode="overwrite")
+    a = next(ds for ds in published(ns).values() if ds.to_table(columns=["part"], limit=1)["part"][0].as_py() == "a")
+    assert index_state(a, decl) == "ok" and a.count_rows() == 3000
+    ns.compact(min_small_fragments=2)
+    assert_no_stale(ns)
+    for ds in published(ns).values():
+        assert index_state(ds, decl) == "ok"
+        assert ann(ds, q, 5) == brute_knn(ds, q, 5)

@@ -160,6 +160,14 @@ def index_state(ds: lance.LanceDataset, decl: IndexDeclaration) -> str:
     return "partial" if live - covered else "ok"
 
 
+def _stale_on_write(ds: lance.LanceDataset, decl: IndexDeclaration) -> str:
+    covered = {f for i in ds.describe_indices() if i.name == decl.name for seg in i.segments for f in seg.fragment_ids}
+    live = _fragment_ids(ds)
+    if not covered & live:
+        return "stale"
+    return "partial" if live - covered else "ok"
+
+
 def build(ds: lance.LanceDataset, decl: IndexDeclaration) -> None:
     """Build (or rebuild) ``decl`` on ``ds``; Lance commits it on the table's latest version."""
     if decl.is_vector:
@@ -176,12 +184,17 @@ class Maintain:
     """The index work one table version needs for ``decls`` (tables of at least ``min_rows``
     rows): build a missing index (if ``build_missing``), rebuild a stale one, ``optimize_indices``
     a partial one; ``rebuild`` names indexes to build again even if present (a replaced
-    declaration): those whose segments are still the ones of ``base``."""
+    declaration): those whose segments are still the ones of ``base``. ``rebuild_stale=False``
+    (a write): an index that still covers live fragments is only extended (a delete that removed
+    whole fragments leaves it naming them; Lance skips those, and the next compaction rebuilds
+    it), so a write never retrains a big index; one covering no live fragment (an overwrite)
+    is rebuilt."""
 
     def __init__(self, decls: Iterable[IndexDeclaration], *, build_missing: bool = True,
                  rebuild: Iterable[str] = (), base: lance.LanceDataset | None = None,
-                 storage_options: Mapping[str, str] | None = None) -> None:
+                 storage_options: Mapping[str, str] | None = None, rebuild_stale: bool = True) -> None:
         self.decls = list(decls)
+        self.rebuild_stale = rebuild_stale
         self.storage_options = dict(storage_options) if storage_options else None
         self.build_missing = build_missing
         self.rebuild = {n: _uuids(base, n) for n in rebuild} if base is not None else {}
@@ -193,6 +206,8 @@ class Maintain:
             state = index_state(ds, d)
             if d.name in self.rebuild and state != "missing" and _uuids(ds, d.name) == self.rebuild[d.name]:
                 state = "stale"
+            elif state == "stale" and not self.rebuild_stale:
+                state = _stale_on_write(ds, d)
             if state == "ok" or (state == "missing" and not self.build_missing):
                 continue
             rows = ds.count_rows() if rows is None else rows

@@ -215,7 +215,8 @@ def index_or_warn(manifest: Manifest, object_id: str, location: str, version: in
     ``index_missing``); an index never fails a write."""
     try:
         return apply_on_exact(join_uri(manifest.root, location), version,
-                              Maintain(decls, storage_options=manifest.storage_options), manifest.storage_options,
+                              Maintain(decls, storage_options=manifest.storage_options, rebuild_stale=False),
+                              manifest.storage_options,
                               f"partition table {location} (index)")
     except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
         if is_not_found(e):
