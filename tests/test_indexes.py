@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -284,11 +283,12 @@ def test_concurrent_writer_during_index_build_loses_nothing(ns):
 
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     v0 = manifest_version(ns)
-    proc = subprocess.Popen([sys.executable, str(HERE / "index_writer_proc.py"), ns.root, "--start", "100000"],
-                            stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout.readline().strip() == "started"
-    time.sleep(0.5)
+    stop = Path(ns.root).parent / "stop"
+    proc = subprocess.Popen([sys.executable, str(HERE / "index_writer_proc.py"), ns.root, "--start", "100000",
+                             "--stop", str(stop)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "started"  # its first publish landed
     r = ns.create_index("vec", "IVF_PQ", min_rows=1000, num_partitions=4, num_sub_vectors=4)
+    stop.touch()
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0
     written = json.loads(out.strip().splitlines()[-1])
