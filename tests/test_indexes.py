@@ -417,3 +417,23 @@ def test_write_after_delete_extends_index_compaction_rebuilds(ns):
     for ds in published(ns).values():
         assert index_state(ds, decl) == "ok"
         assert ann(ds, q, 5) == brute_knn(ds, q, 5)
+
+
+def test_pinned_table_is_left_alone_and_not_reported(ns):
+    """A table pinned by read_tag is read at the tag (spec "Transaction / Read Behavior"): an index
+    build leaves it alone, says so, and verify does not report it as index_missing."""
+    import pyarrow.compute as pc
+
+    pinned = ns.partitions()[0]
+    lance.dataset(join_uri(ns.root, pinned.location)).tags.create("keep", pinned.read_version)
+
+    def pin(snap):
+        t = snap.rows
+        i = t.schema.get_field_index("read_tag")
+        hit = pc.equal(t.column("object_id"), pinned.object_id)
+        return t.set_column(i, t.schema.field(i), pc.if_else(hit, pa.scalar("keep"), t.column(i))), None
+
+    ns.manifest.update(pin)
+    r = ns.create_index("id", "BTREE", min_rows=1000)
+    assert r.partitions_touched == 2 and r.details["pinned_skipped"] == [pinned.object_id]
+    assert ns.verify().ok, ns.verify().problems

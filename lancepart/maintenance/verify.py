@@ -14,7 +14,8 @@ Checks, in this order (docs/verify-and-repair.md):
 3. each partition table's columns are the namespace schema's, same names, same types, and the
    same ``lance:field_id`` where the table's Arrow schema carries one (``schema_mismatch``);
 4. every index declared (``lancepart.index.<name>``, docs/indexes.md) exists on every table with
-   at least its ``min_rows`` rows (``index_missing``);
+   at least its ``min_rows`` rows (``index_missing``; tables pinned to a tag or branch, which
+   index builds leave alone, are not checked);
 5. with ``deep=True``, every row of every fragment is read (``corrupt_data`` names the table and
    the data file when that fails) and its partition values are recomputed with the spec's
    transforms: they must equal the partition's ``partition_field_*`` values, NULL-aware
@@ -316,7 +317,7 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
                                             f"which the namespace does not define"))
             if spec is not None:
                 out.problems += check_table_schema(info, ds.schema, schema)
-            if decls and spec is not None:
+            if decls and spec is not None and info.read_branch is None and info.read_tag is None:  # pins: as they are
                 out.problems += check_indexes(info, ds, decls)
             if deep:
                 row_problems, out.rows = check_rows(info, ds, spec, schema, expected)
