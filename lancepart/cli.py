@@ -17,6 +17,7 @@
     lancepart rollback ROOT --version N [--max-retries N]
     lancepart merge ROOT FILE... --on COL[,COL...] [--when-matched update|ignore] [--batch-id ID]
     lancepart alter ROOT [--add NAME:TYPE] [--rename OLD=NEW] [--drop NAME] [--widen NAME:TYPE]
+    lancepart index ROOT create COLUMN INDEX_TYPE [--name N] [--min-rows N] [--param K=V] | drop NAME | list
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -760,6 +761,45 @@ def _cmd_merge(args: argparse.Namespace) -> Any:
     return None
 
 
+def _index_param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--param {text!r}: expected KEY=VALUE, e.g. num_partitions=16")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def _cmd_index(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    want = {"create": 2, "drop": 1, "list": 0}[args.action]
+    if len(args.target) != want:
+        raise UsageError({"create": "index ROOT create COLUMN INDEX_TYPE [--name N] [--min-rows N] [--param K=V]",
+                          "drop": "index ROOT drop NAME", "list": "index ROOT list"}[args.action])
+    if args.action == "list":
+        out = ns.list_indexes()
+        if args.json:
+            return {"root": ns.root, "indexes": out}
+        for d in out:
+            print(f"{d['name']}: {d['index_type']} on {d['column']} {json.dumps(d['params'])} min_rows={d['min_rows']}"
+                  f"  indexed {d['indexed']}/{d['above_min_rows']} tables above min_rows ({d['tables']} tables)")
+        if not out:
+            print(f"{ns.root}: no index declared")
+        return None
+    _Progress(args.quiet)(f"{args.action} index on {ns.root}: {' '.join(args.target)}")
+    if args.action == "create":
+        result = ns.create_index(args.target[0], args.target[1], name=args.name, replace=args.replace,
+                                 min_rows=args.min_rows, max_retries=args.max_retries, **dict(args.param or []))
+    else:
+        result = ns.drop_index(args.target[0], max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, **result.to_dict()}
+    print(f"{args.action} index: {result.partitions_touched} of {result.details['tables']} partition tables changed; "
+          f"manifest version {result.manifest_version}")
+    return None
+
+
 # --------------------------------------------------------------------------- parser
 def _common(with_config: bool) -> argparse.ArgumentParser:
     """Options every subcommand accepts (after its name too: ``lancepart describe ROOT --json``)."""
@@ -944,6 +984,23 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("--widen", action="append", metavar="NAME:TYPE",
                     help="widen a column's type losslessly, e.g. n:int64, x:float64, s:large_string (repeatable)")
     _max_retries(al)
+
+    ix = add("index", "declare, drop or list the indexes kept on every partition table", _cmd_index,
+             description="create COLUMN INDEX_TYPE: declare an index (IVF_PQ, IVF_HNSW_SQ, ... INVERTED, BTREE, "
+                         "BITMAP, LABEL_LIST) and build it on every published partition table of at least "
+                         "--min-rows rows, in one publish; writes and compactions keep it from then on. "
+                         "drop NAME: remove it everywhere, in one publish. list: the declarations and how many "
+                         "tables carry each.")
+    ix.add_argument("action", choices=("create", "drop", "list"))
+    ix.add_argument("target", nargs="*", metavar="ARG", help="create: COLUMN INDEX_TYPE; drop: NAME")
+    ix.add_argument("--name", help="index name (default: <column>_<index_type>)")
+    ix.add_argument("--min-rows", type=lambda t: _positive_int(t, least=0), default=None, metavar="N",
+                    help="tables with fewer rows stay unindexed (default: 10000)")
+    ix.add_argument("--replace", action="store_true", help="rebuild an index declared under NAME with another "
+                                                           "definition")
+    ix.add_argument("--param", action="append", type=_index_param, metavar="KEY=VALUE",
+                    help="a Lance index parameter (JSON value), e.g. num_partitions=16; repeatable")
+    _max_retries(ix)
     return p
 
 

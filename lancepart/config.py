@@ -28,7 +28,7 @@ from lancepart.spec import PartitionSpec, arrow_type_from_json
 #: The keys a job config may hold, section by section (free-form mappings are not listed: Lance
 #: storage options, Spark confs, reader options, expectations).
 KEYS: dict[str, frozenset[str]] = {
-    "": frozenset({"namespace", "source", "mode", "batch_id", "expectations", "spark", "compact"}),
+    "": frozenset({"namespace", "source", "mode", "batch_id", "expectations", "spark", "compact", "index"}),
     "namespace": frozenset({"root", "storage", "schema", "spec"}),
     "namespace.schema[]": frozenset({"name", "type", "nullable"}),
     "namespace.spec": frozenset({"id", "fields"}),
@@ -37,6 +37,7 @@ KEYS: dict[str, frozenset[str]] = {
     "spark": frozenset({"app_name", "conf"}),
     "compact": frozenset({"filter", "target_rows_per_fragment", "min_small_fragments",
                           "materialize_deletions_threshold", "tables_per_task"}),
+    "index": frozenset({"on_write"}),
 }
 #: Storage options for every namespace a process opens, as a JSON object (kept off the command line).
 STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
@@ -269,6 +270,7 @@ class JobConfig:
     expectations: list[dict[str, Any]] = field(default_factory=list)
     spark: dict[str, Any] = field(default_factory=dict)
     compact: CompactConfig = field(default_factory=CompactConfig)
+    index_on_write: bool = True  # ``index.on_write``: the ingest keeps declared indexes (docs/indexes.md)
 
     @classmethod
     def load(cls, path: str | Path, storage_options_file: str | Path | None = None,
@@ -362,4 +364,14 @@ class JobConfig:
             expectations=list(expectations),
             spark=spark,
             compact=CompactConfig.from_dict(data.get("compact")),
+            index_on_write=_index_on_write(data.get("index")),
         )
+
+
+def _index_on_write(data: Any) -> bool:
+    """``index.on_write`` (default true): whether the ingest brings the declared indexes of the
+    tables it touches up to date before it publishes."""
+    section = _mapping(data, "index")
+    _check_keys(section, "index")
+    value = section.get("on_write", True)
+    return _typed(value, bool, "index.on_write", "true or false")

@@ -84,7 +84,8 @@ def run_ingest(cfg: JobConfig) -> dict[str, Any]:
     df = source_dataframe(spark, cfg)
     log.info("ingest into %s (mode=%s, batch_id=%s)", ns.root, cfg.mode, cfg.batch_id)
     result = write(df, ns.root, mode=cfg.mode, batch_id=cfg.batch_id,
-                   storage_options=cfg.namespace.storage_options or None, expectations=cfg.expectations or None)
+                   storage_options=cfg.namespace.storage_options or None, expectations=cfg.expectations or None,
+                   index_on_write=cfg.index_on_write)
     return {
         "root": ns.root,
         "namespace_created": created_ns,

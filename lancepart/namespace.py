@@ -651,6 +651,40 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    def create_index(self, column: str, index_type: str, *, name: str | None = None, replace: bool = False,
+                     min_rows: int | None = None, max_retries: int = 20, **params: Any) -> CommitResult:
+        """Declare a Lance index (vector: IVF_PQ, IVF_HNSW_SQ, ...; INVERTED; BTREE, BITMAP,
+        LABEL_LIST) on ``column`` and build it on every published partition table of at least
+        ``min_rows`` rows (default 10000), published in one ``__manifest`` commit; writes and
+        compactions keep it up to date from then on (:mod:`lancepart.index.ops`, docs/indexes.md).
+
+        >>> # ns.create_index("embedding", "IVF_PQ", num_partitions=16, num_sub_vectors=8)
+        """
+        self._writable("create_index")
+        from lancepart.index.ops import create_index
+
+        result = create_index(self, column, index_type, name=name, replace=replace, min_rows=min_rows,
+                              max_retries=max_retries, **params)
+        self.refresh()
+        return result
+
+    def drop_index(self, name: str, *, max_retries: int = 20) -> CommitResult:
+        """Remove the declared index ``name`` and drop it from every published partition table
+        in one publish."""
+        self._writable("drop_index")
+        from lancepart.index.ops import drop_index
+
+        result = drop_index(self, name, max_retries=max_retries)
+        self.refresh()
+        return result
+
+    def list_indexes(self) -> list[dict[str, Any]]:
+        """The declared indexes with their coverage: ``tables``, ``above_min_rows``, ``indexed``,
+        ``missing`` (object ids above the threshold without the index)."""
+        from lancepart.index.ops import list_indexes
+
+        return list_indexes(self)
+
     def __repr__(self) -> str:
         from lancepart.redact import redact  # a root's URL userinfo is never shown
 

@@ -45,6 +45,7 @@ from lance.optimize import Compaction, CompactionOptions, CompactionTask
 from lancepart.error_mapping import typed_error
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
+from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations, index_state
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
@@ -345,9 +346,26 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         if version <= published:
             raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
         faults.checkpoint("after_table_commit")
+        if decls:  # the index on the compacted version: never one naming the rewritten fragments
+            try:
+                version = apply_on_exact(join_uri(manifest.root, rw.location), version,
+                                         Maintain(decls, storage_options=manifest.storage_options),
+                                         manifest.storage_options, f"partition table {rw.location} (index)")
+            except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
+                compacted = lance.dataset(join_uri(manifest.root, rw.location), version=version,
+                                          storage_options=manifest.storage_options)
+                if any(index_state(compacted, d) == "stale" for d in decls):  # it would name rewritten fragments
+                    failures[oid] = (f"its declared indexes could not be rebuilt on the compacted version "
+                                     f"({type(e).__name__}: {e}); left uncompacted")
+                    return failures[oid]
+                log.warning("partition table %s: declared indexes not updated on compacted version %d (%s: %s)",
+                            oid, version, type(e).__name__, e)
         return version, base
 
+    decls: list[IndexDeclaration] = []
+
     def mutate(snap: ManifestSnapshot):
+        decls[:] = declarations(snap.metadata)
         current = {r["object_id"]: r for r in
                    snap.lookup(list(by_oid)).select(["object_id", "read_version", "read_branch", "read_tag"])
                    .to_pylist()}
@@ -462,6 +480,16 @@ def finish_compaction(
         "target_rows_per_fragment": plan.target_rows_per_fragment,
     }
     version = pub.snapshot.version
+    if declarations(pub.snapshot.metadata):
+        from lancepart.index.ops import maintain_all
+
+        t = time.monotonic()
+        indexed = maintain_all(manifest, max_retries=max_retries)
+        phases["index_s"] = round(time.monotonic() - t, 3)
+        if indexed is not None:
+            details["index_maintenance"] = {"tables_changed": indexed.details["tables_changed"],
+                                            "published_version": indexed.manifest_version}
+            version = indexed.manifest_version
     if compact_manifest_table:
         t = time.monotonic()
         details["manifest"] = compact_manifest(manifest, plan.target_rows_per_fragment)

@@ -13,7 +13,10 @@ Checks, in this order (docs/verify-and-repair.md):
    directory namespace): it reads as empty, nothing to check;
 3. each partition table's columns are the namespace schema's, same names, same types, and the
    same ``lance:field_id`` where the table's Arrow schema carries one (``schema_mismatch``);
-4. with ``deep=True``, every row of every fragment is read (``corrupt_data`` names the table and
+4. every index declared (``lancepart.index.<name>``, docs/indexes.md) exists on every table with
+   at least its ``min_rows`` rows (``index_missing``; tables pinned to a tag or branch, which
+   index builds leave alone, are not checked);
+5. with ``deep=True``, every row of every fragment is read (``corrupt_data`` names the table and
    the data file when that fails) and its partition values are recomputed with the spec's
    transforms: they must equal the partition's ``partition_field_*`` values, NULL-aware
    (``wrong_partition``). This catches flipped bits in a partition source column that decode
@@ -29,7 +32,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +43,7 @@ import pyarrow.compute as pc
 
 from lancepart.errors import LancepartError, UnsafeLocationError
 from lancepart.ids import check_location
+from lancepart.index import IndexDeclaration, declarations, index_state
 from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo, Problem, VerifyReport
@@ -247,6 +251,24 @@ def check_rows(info: PartitionInfo, ds: lance.LanceDataset, spec: PartitionSpec 
     return problems, rows
 
 
+def check_indexes(info: PartitionInfo, ds: lance.LanceDataset, decls: Sequence[IndexDeclaration]) -> list[Problem]:
+    """A declared index absent from a table with at least its ``min_rows`` rows (kind
+    ``index_missing``; docs/indexes.md)."""
+    out: list[Problem] = []
+    rows = None
+    for d in decls:
+        if index_state(ds, d) != "missing":
+            continue
+        rows = ds.count_rows() if rows is None else rows
+        if rows >= d.min_rows:
+            out.append(Problem(info.object_id, info.location, "index_missing",
+                               f"partition table {info.object_id!r} (version {ds.version}, {rows} rows) lacks the "
+                               f"declared {d.index_type} index {d.name!r} on {d.column!r} (min_rows {d.min_rows}); "
+                               f"`lancepart index ROOT create {d.column} {d.index_type} --name {d.name}` or the "
+                               f"next compaction builds it"))
+    return out
+
+
 def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bool = False, *,
            progress_every: int = 100) -> VerifyReport:
     """Check the namespace at ``root`` and report every problem found (never raises for one).
@@ -283,6 +305,7 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
     for i, row in enumerate(base):
         info = partitions.get(row["object_id"]) or PartitionInfo(spec_id=-1, values={}, **row)
         infos.append((info, {c: tables.column(c)[i] for c in pcols}))
+    decls = declarations(ns.snapshot().metadata)
     total, done, lock = len(infos), [0], threading.Lock()
     log.info("verifying %s: %d tables%s", root, total, " (deep: every row)" if deep else "")
 
@@ -317,6 +340,8 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
                                             f"which the namespace does not define"))
             if spec is not None:
                 out.problems += check_table_schema(info, ds.schema, schema, ns.snapshot().metadata)
+            if decls and spec is not None and info.read_branch is None and info.read_tag is None:  # pins: as they are
+                out.problems += check_indexes(info, ds, decls)
             if deep:
                 row_problems, out.rows = check_rows(info, ds, spec, schema, expected, ns.snapshot().metadata)
                 out.problems += row_problems

@@ -10,17 +10,19 @@ partition tables with pylance on the executors.
 >>> # lps.delete(spark, "/data/events", "user_id = 42")
 >>> # lps.search(spark, "/data/docs", queries_df, "embedding", k=10, id_column="qid")
 >>> # lps.merge(changes_df, "/data/events", on=["id"])
+>>> # lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256)
 """
 
 from lancepart.read.spj import Compatibility, JoinPlan, spj_compatibility
 from lancepart.spark.compact import compact
 from lancepart.spark.datasource import last_result, register
 from lancepart.spark.delete import delete
+from lancepart.spark.index import create_index, drop_index
 from lancepart.spark.join import explain_join, join
 from lancepart.spark.merge import merge
 from lancepart.spark.read import read
 from lancepart.spark.search import search
 from lancepart.spark.write import write
 
-__all__ = ["Compatibility", "JoinPlan", "compact", "delete", "explain_join", "join", "last_result", "merge", "read",
-           "register", "search", "spj_compatibility", "write"]
+__all__ = ["Compatibility", "JoinPlan", "compact", "create_index", "delete", "drop_index", "explain_join", "join",
+           "last_result", "merge", "read", "register", "search", "spj_compatibility", "write"]

@@ -170,6 +170,7 @@ def write(
     max_rows_per_file: int = 1_048_576,
     max_retries: int = 20,
     expectations: list[dict[str, Any]] | None = None,
+    index_on_write: bool = True,
 ) -> CommitResult:
     """Write a Spark DataFrame into the partitioned namespace at ``root`` and publish it in one
     ``__manifest`` commit.
@@ -178,6 +179,8 @@ def write(
     that is already published makes this a no-op with ``skipped=True``. ``expectations``
     run as a data-quality gate (:mod:`lancepart.quality`) before anything is written.
     ``flush_rows`` bounds the rows a task buffers before writing its fragments.
+    ``index_on_write``: bring the declared indexes of the touched tables up to date before the
+    publish (docs/indexes.md).
 
     >>> # from lancepart import spark as lps; lps.write(df, "/data/events", batch_id="2025-12-10")
     """
@@ -223,7 +226,7 @@ def write(
         rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
     phases["write_s"] = round(time.monotonic() - t, 3)
     return publish_fragments(manifest, spec, schema, rows, mode=mode, batch_id=batch_id, max_retries=max_retries,
-                             started=started, phases=phases)
+                             started=started, phases=phases, index_on_write=index_on_write)
 
 
 def table_writes(rows) -> dict[str, TableWrite]:
@@ -239,7 +242,8 @@ def table_writes(rows) -> dict[str, TableWrite]:
 
 
 def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, batch_id: str | None,
-                      max_retries: int, started: float, phases: dict[str, Any]) -> CommitResult:
+                      max_retries: int, started: float, phases: dict[str, Any],
+                      index_on_write: bool = True) -> CommitResult:
     """The driver's part after the tasks: ``rows`` are what :func:`_write_task` returned (Spark
     rows or dicts with the same keys); create the new partitions' tables, publish everything in
     one ``__manifest`` commit and log the result. Shared by :func:`write` and the ``lancepart``
@@ -255,7 +259,8 @@ def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, bat
     t = time.monotonic()
     new_tables = NewTables(manifest, spec, schema)
     result = publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
-                     max_retries=max_retries, started=started, new_tables=new_tables)
+                     max_retries=max_retries, started=started, new_tables=new_tables,
+                     index_on_write=index_on_write)
     if new_tables.adopted:
         phases["adopted"] = new_tables.adopted
     phases["publish_s"] = round(time.monotonic() - t, 3)

@@ -74,6 +74,7 @@ def _write_local(
     max_rows_per_file: int = 1_048_576,
     max_retries: int = 20,
     expectations: list[dict] | None = None,
+    index_on_write: bool = True,
 ) -> CommitResult:
     started = time.monotonic()
     check_mode(mode)
@@ -163,7 +164,7 @@ def _write_local(
     t = time.monotonic()
     result = publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
                      partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries,
-                     new_tables=NewTables(manifest, spec, schema))
+                     new_tables=NewTables(manifest, spec, schema), index_on_write=index_on_write)
     phases["publish_s"] = time.monotonic() - t
     for k in ("plan_s", "reserve_s", "write_s"):
         phases.setdefault(k, 0.0)

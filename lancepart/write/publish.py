@@ -27,6 +27,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, LancepartError, PartitionPinnedError
+from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations
 from lancepart.manifest import (
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
@@ -35,6 +36,8 @@ from lancepart.manifest import (
     ManifestChanges,
     ManifestSnapshot,
     SnapshotGone,
+    is_not_found,
+    join_uri,
 )
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
@@ -94,9 +97,12 @@ def publish(
     started: float | None = None,
     extra_retries: int = 0,
     new_tables: NewTables | None = None,
+    index_on_write: bool = True,
 ) -> CommitResult:
     """Commit every touched table and publish them in one ``__manifest`` commit; ``new_tables``
-    adds the rows of the tables the write created with their data (``TableWrite.created``)."""
+    adds the rows of the tables the write created with their data (``TableWrite.created``).
+    With ``index_on_write``, the declared indexes of each touched table are brought up to date on
+    the version published (:func:`keep_indexes`); nothing is done when none is declared."""
     started = time.monotonic() if started is None else started
     if batch_id is not None:
         batches.check_batch_id(batch_id)
@@ -107,6 +113,7 @@ def publish(
     done: dict[str, tuple[int | None, int]] = {}  # object_id -> (base read_version, our table version)
     overwrite = mode == "overwrite"
     skipped: dict[str, batches.BatchRecord | None] = {"value": None}
+    indexed: dict[str, int] = {}  # object_id of a table this write created -> its version before indexing
     commit_tables_s = [0.0]  # table commits and their file checks, over every attempt
 
     def mutate(snap: ManifestSnapshot):
@@ -118,6 +125,9 @@ def publish(
             return None, None
         if not writes and batch_id is None:
             return None, None
+        decls = declarations(snap.metadata) if index_on_write else []
+        if decls:
+            keep_indexes(manifest, [w for w in by_oid.values() if w.created is not None], decls, indexed)
         added, new_count = new_tables.rows(snap, by_oid) if new_tables is not None else (None, 0)
         existing = [o for o, w in by_oid.items() if w.created is None]
         current = {r["object_id"]: r for r in
@@ -144,6 +154,8 @@ def publish(
             if published is not None and version <= published:
                 raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
             faults.checkpoint("after_table_commit")
+            if decls:
+                version = index_or_warn(manifest, oid, w.location, version, decls)
             return version
 
         t = time.monotonic()
@@ -193,6 +205,40 @@ def publish(
     result.details.update(commit_tables_s=round(commit_tables_s[0], 3), manifest_commit_s=round(manifest_commit_s, 3))
     log.info("published %s", json.dumps(result.to_dict(), default=str))
     return result
+
+
+def index_or_warn(manifest: Manifest, object_id: str, location: str, version: int,
+                  decls: Sequence[IndexDeclaration]) -> int:
+    """The version of the table at ``location`` holding exactly the fragments of ``version`` with
+    the declared indexes up to date; ``version`` itself, with a warning, when Lance cannot build
+    one (the data is published unindexed: a search scans it flat, ``verify`` reports
+    ``index_missing``); an index never fails a write."""
+    try:
+        return apply_on_exact(join_uri(manifest.root, location), version,
+                              Maintain(decls, storage_options=manifest.storage_options, rebuild_stale=False),
+                              manifest.storage_options,
+                              f"partition table {location} (index)")
+    except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
+        if is_not_found(e):
+            raise  # the version is gone (a cleanup): the caller rebases
+        log.warning("partition table %s: declared indexes not updated on version %d, published without them "
+                    "(%s: %s)", object_id, version, type(e).__name__, e)
+        return version
+
+
+def keep_indexes(manifest: Manifest, created: Sequence[TableWrite], decls: Sequence[IndexDeclaration],
+                 indexed: dict[str, int]) -> None:
+    """Bring the declared indexes ``decls`` up to date on the tables this write created (each
+    one's ``created`` version becomes the version that carries them), once per table; below a
+    declaration's ``min_rows`` a table stays unindexed. Docs: docs/indexes.md."""
+    todo = [w for w in created if w.object_id not in indexed]
+
+    def one(w: TableWrite) -> int:
+        return index_or_warn(manifest, w.object_id, w.location, w.created, decls)
+
+    for w, version in zip(todo, map_threads(one, todo), strict=True):
+        indexed[w.object_id] = w.created
+        w.created = version
 
 
 def fragments_from_json(items: Sequence[str | Mapping]) -> list[FragmentMetadata]:

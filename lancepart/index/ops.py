@@ -1,0 +1,262 @@
+"""``create_index`` / ``drop_index`` / ``list_indexes`` over every published partition table.
+
+Two ``__manifest`` commits (docs/indexes.md):
+
+1. the declaration: the root property ``lancepart.index.<name>`` is set (or removed). Lance
+   cannot change table metadata and rows in one commit; the declaration goes first so that
+   every write that starts from then on keeps the index on the tables it touches;
+2. ONE publish moving ``read_version`` of every table that got the index (or lost it): a
+   reader sees every partition indexed, or none. Each table's index is built on its *published*
+   version (:func:`lancepart.index.apply_on_exact`). On a conflict the publish rebases: a table
+   whose published version moved meanwhile (a concurrent append, delete or compaction) is
+   looked at again on the new one, and new partitions published meanwhile are indexed too.
+
+A build killed between the two leaves the declaration with tables not (yet) indexed: a search
+scans them flat, ``verify`` reports ``index_missing``, and running ``create_index`` again (or
+the next compaction) finishes it. Nothing is lost: no row is written by an index build.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import lance
+
+from lancepart.errors import CommitConflictError, InvalidArgumentError
+from lancepart.ids import check_location
+from lancepart.index import (
+    Drop,
+    IndexDeclaration,
+    Maintain,
+    apply_on_exact,
+    declarations,
+    make_declaration,
+)
+from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, join_uri
+from lancepart.parallel import map_threads
+from lancepart.results import CommitResult
+from lancepart.write import faults
+from lancepart.write.guard import commit_on_published
+
+if TYPE_CHECKING:
+    from lancepart.namespace import PartitionedNamespace
+
+log = logging.getLogger("lancepart.index")
+
+# (object_id, location, published read_version) of each table to work on
+TableTodo = tuple[str, str, int]
+# the per-table work of one publish, given the snapshot version and the tables: (object_id, base, version)
+ApplyTables = Callable[[int, Sequence[TableTodo]], list[tuple[str, int, int]]]
+
+
+def op_to_json(kind: str, decls: Sequence[IndexDeclaration] = (), rebuild: Sequence[str] = (),
+               names: Sequence[str] = ()) -> str:
+    return json.dumps({"kind": kind, "decls": [d.to_dict() for d in decls], "rebuild": list(rebuild),
+                       "names": list(names)})
+
+
+def index_table(root: str, object_id: str, location: str, base: int, op_json: str,
+                storage_options: Mapping[str, str] | None = None) -> int:
+    """Apply the index operation ``op_json`` (:func:`op_to_json`) to version ``base`` of one
+    partition table; the version holding the result (``base`` if nothing was to do). Runs
+    anywhere: the driver's threads or a Spark task."""
+    so = dict(storage_options) if storage_options else None
+    uri = join_uri(root, check_location(location, object_id, root))
+    spec = json.loads(op_json)
+    if spec["kind"] == "drop":
+        op: Maintain | Drop = Drop(spec["names"])
+    else:
+        decls = [IndexDeclaration(d["name"], d["column"], d["index_type"], d["params"], d["min_rows"])
+                 for d in spec["decls"]]
+        op = Maintain(decls, rebuild=spec["rebuild"], storage_options=so,
+                      base=lance.dataset(uri, version=base, storage_options=so) if spec["rebuild"] else None)
+    return apply_on_exact(uri, base, op, so, f"partition table {location} (index)")
+
+
+def apply_on_threads(manifest: Manifest, op_json: str) -> ApplyTables:
+    def apply(snapshot_version: int, todo: Sequence[TableTodo]) -> list[tuple[str, int, int]]:
+        def one(t: TableTodo) -> tuple[str, int, int]:
+            oid, location, base = t
+            return oid, base, commit_on_published(
+                manifest, snapshot_version, oid, location, base,
+                lambda: index_table(manifest.root, oid, location, base, op_json, manifest.storage_options))
+
+        return map_threads(one, list(todo))
+
+    return apply
+
+
+def set_declaration(manifest: Manifest, key: str, value: str | None, check: Callable[[str | None], bool],
+                    max_retries: int = 20) -> str | None:
+    """Set (``value``) or remove (None) the root property ``key`` unless ``check(current)`` says
+    it is as wanted already; the value it had. Retried over concurrent metadata commits."""
+    for attempt in range(max_retries + 1):
+        ds = manifest.dataset()
+        current = ds.metadata.get(key)
+        if check(current):
+            return current
+        try:
+            ds.update_metadata({key: value})
+            return current
+        except OSError as e:
+            if not is_commit_conflict(e):
+                raise
+            backoff(attempt)
+    raise CommitConflictError(f"setting {key} in {manifest.uri}: {max_retries + 1} attempts conflicted with "
+                              f"concurrent commits; nothing was published")
+
+
+def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: int = 20,
+                   apply_tables: ApplyTables | None = None,
+                   still_wanted: Callable[[ManifestSnapshot], None] | None = None) -> CommitResult:
+    """Apply ``op_json`` to the published version of every partition table and move all the
+    changed ``read_version`` in ONE ``__manifest`` commit (rebased like a delete's publish)."""
+    from lancepart.namespace import _partition_spec_id
+
+    started = time.monotonic()
+    apply = apply_tables or apply_on_threads(manifest, op_json)
+    done: dict[str, tuple[int, int]] = {}  # object_id -> (published version worked on, version made)
+    seen: dict[str, Any] = {}
+
+    def mutate(snap: ManifestSnapshot):
+        if still_wanted is not None:
+            still_wanted(snap)
+        cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
+        rows = [r for r in snap.table_pins().select(cols).to_pylist() if _partition_spec_id(r["object_id"]) is not None]
+        pinned = sorted(r["object_id"] for r in rows if r["read_branch"] is not None or r["read_tag"] is not None)
+        rows = [r for r in rows if r["read_version"] is not None and r["object_id"] not in set(pinned)]
+        todo = [(r["object_id"], r["location"], r["read_version"]) for r in rows
+                if r["object_id"] not in done or done[r["object_id"]][0] != r["read_version"]]
+        for oid, base, version in apply(snap.version, todo) if todo else []:
+            done[oid] = (base, version)
+        faults.checkpoint("after_table_commits")
+        changed = {r["object_id"]: done[r["object_id"]][1] for r in rows
+                   if done[r["object_id"]][1] != r["read_version"]}
+        seen.update(tables=len(rows), pinned=pinned, changed=changed)
+        if not changed:
+            return None, None
+        faults.checkpoint("before_manifest_commit")
+        return snap.read_version_changes(changed), None
+
+    snap, _, retries = manifest.update(mutate, max_retries=max_retries, what=what)
+    changed = seen.get("changed", {})
+    if changed:
+        manifest.protect(snap.metadata)
+    return CommitResult(
+        manifest_version=snap.version, partitions_touched=len(changed), retries=retries,
+        seconds=round(time.monotonic() - started, 3),
+        details={"operation": what, "tables": seen.get("tables", 0), "tables_changed": sorted(changed),
+                 "pinned_skipped": seen.get("pinned", [])})
+
+
+def create_index(ns: PartitionedNamespace, column: str, index_type: str, *, name: str | None = None,
+                 replace: bool = False, min_rows: int | None = None, max_retries: int = 20,
+                 apply_tables: Callable[[str], ApplyTables] | None = None, **params: Any) -> CommitResult:
+    """Declare an index and build it on every published partition table of at least ``min_rows``
+    rows, published in one ``__manifest`` commit. Running it again with the same definition
+    finishes an interrupted build (a no-op when every table has it); a different definition
+    under a taken name needs ``replace=True`` (every table's index is then rebuilt)."""
+    ns.refresh()
+    decl = make_declaration(ns.schema, column, index_type, name, min_rows, params)
+    value = decl.to_json()
+
+    def same(current: str | None) -> bool:
+        if current is None or current == value:
+            return current == value
+        if not replace:
+            raise InvalidArgumentError(
+                f"an index named {decl.name!r} is declared already with another definition ({current}); "
+                f"pass replace=True to rebuild it as {value}, or choose another name")
+        return False
+
+    previous = set_declaration(ns.manifest, decl.key, value, same, max_retries)
+    rebuild = [decl.name] if previous is not None and previous != value else []
+    log.info("index %s declared in %s: %s", decl.name, ns.root, value)
+
+    def still_wanted(snap: ManifestSnapshot) -> None:
+        if snap.metadata.get(decl.key) != value:
+            raise CommitConflictError(f"index {decl.name!r} was dropped or redeclared while it was being built; "
+                                      f"nothing was published")
+
+    op_json = op_to_json("maintain", [decl], rebuild)
+    result = publish_tables(ns.manifest, op_json, f"create_index {decl.name}", max_retries=max_retries,
+                            apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted)
+    result.details.update(index=decl.to_dict())
+    return result
+
+
+def drop_index(ns: PartitionedNamespace, name: str, *, max_retries: int = 20,
+               apply_tables: Callable[[str], ApplyTables] | None = None) -> CommitResult:
+    """Remove the declaration ``name`` (from then on no write keeps it), then drop the index from
+    every published partition table in one publish. :class:`InvalidArgumentError` if it is not
+    declared and no table has it."""
+    ns.refresh()
+    key = IndexDeclaration(name, "", "").key
+    previous = set_declaration(ns.manifest, key, None, lambda current: current is None, max_retries)
+    op_json = op_to_json("drop", names=[name])
+    result = publish_tables(ns.manifest, op_json, f"drop_index {name}", max_retries=max_retries,
+                            apply_tables=apply_tables(op_json) if apply_tables else None)
+    if previous is None and not result.partitions_touched:
+        declared = ", ".join(d.name for d in declarations(ns.manifest.dataset().metadata)) or "none"
+        raise InvalidArgumentError(f"no index named {name!r} is declared in {ns.root} (declared: {declared})")
+    return result
+
+
+def maintain_all(manifest: Manifest, *, max_retries: int = 20,
+                 apply_tables: Callable[[str], ApplyTables] | None = None) -> CommitResult | None:
+    """Bring every declared index up to date on every published partition table (build where a
+    table passed ``min_rows``, ``optimize_indices`` where fragments are outside it, rebuild where
+    it names fragments gone) in one publish; None when no index is declared. The compaction job
+    runs it after its own publish."""
+    decls = declarations(manifest.dataset().metadata)
+    if not decls:
+        return None
+    wanted = {d.key: d.to_json() for d in decls}
+
+    def still_wanted(snap: ManifestSnapshot) -> None:
+        if any(snap.metadata.get(k) != v for k, v in wanted.items()):
+            raise CommitConflictError("a declared index was dropped or redeclared during index maintenance; "
+                                      "nothing was published (the next run picks the new declarations up)")
+
+    op_json = op_to_json("maintain", decls)
+    return publish_tables(manifest, op_json, "index maintenance", max_retries=max_retries,
+                          apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted)
+
+
+def coverage(root: str, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration],
+             storage_options: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Per declaration: how many published partition tables there are, how many have at least
+    ``min_rows`` rows, how many carry the index, and the object ids of those above the
+    threshold without it."""
+    from lancepart.namespace import _partition_spec_id
+
+    so = dict(storage_options) if storage_options else None
+    cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
+    rows = [r for r in snap.table_pins().select(cols).to_pylist()
+            if _partition_spec_id(r["object_id"]) is not None and r["read_version"] is not None]
+
+    def one(r: dict[str, Any]) -> tuple[str, int, set[str]]:
+        uri = join_uri(root, check_location(r["location"], r["object_id"], root))
+        ds = lance.dataset(uri, version=r["read_version"], storage_options=so)
+        return r["object_id"], ds.count_rows(), {i.name for i in ds.describe_indices()}
+
+    seen = map_threads(one, rows) if decls and rows else []
+    out = {}
+    for d in decls:
+        eligible = [(oid, names) for oid, n, names in seen if n >= d.min_rows]
+        out[d.name] = {"tables": len(rows), "above_min_rows": len(eligible),
+                       "indexed": sum(1 for _, n, names in seen if d.name in names),
+                       "missing": sorted(oid for oid, names in eligible if d.name not in names)}
+    return out
+
+
+def list_indexes(ns: PartitionedNamespace) -> list[dict[str, Any]]:
+    """The declared indexes of the snapshot ``ns`` reads, each with its coverage
+    (:func:`coverage`)."""
+    decls = declarations(ns.snapshot().metadata)
+    cov = coverage(ns.root, ns.snapshot(), decls, ns.storage_options)
+    return [{**d.to_dict(), **cov[d.name]} for d in decls]

@@ -1,0 +1,102 @@
+"""Spark front end of declared indexes (:mod:`lancepart.index.ops`).
+
+The driver declares the index and plans on the published ``__manifest``; each partition table's
+index build (on its published version, :func:`lancepart.index.ops.index_table`) runs in a Spark
+task, the tables spread over about four tasks per core (one task per group of tables); the
+driver publishes every changed table in ONE ``__manifest`` commit with the same code as
+``ns.create_index``. On a conflict the tables whose published version moved are indexed again,
+in a new Spark job. A task that finds its published version removed by a cleanup reports it and
+the driver rebases; any other failed task publishes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from lancepart.index.ops import ApplyTables, TableTodo
+from lancepart.index.ops import create_index as _create_index
+from lancepart.index.ops import drop_index as _drop_index
+from lancepart.manifest import ManifestConflict
+from lancepart.namespace import PartitionedNamespace
+from lancepart.results import CommitResult
+from lancepart.spark.tasks import options_value, spark_action
+
+log = logging.getLogger("lancepart.spark")
+
+
+def _index_task(root: str, op_json: str, snapshot_version: int, storage_options: Any) -> Callable[[str], str]:
+    """The executor function: one table's ``[object_id, location, base]`` in, ``[object_id,
+    base, version]`` out (or ``{"conflict": ...}`` when the driver must rebase)."""
+
+    def run(item: str) -> str:
+        from lancepart.index.ops import index_table
+        from lancepart.manifest import Manifest
+        from lancepart.write.guard import commit_on_published
+
+        oid, location, base = json.loads(item)
+        options = options_value(storage_options)
+        try:
+            version = commit_on_published(Manifest(root, options), snapshot_version, oid, location, base,
+                                          lambda: index_table(root, oid, location, base, op_json, options))
+        except ManifestConflict as e:
+            return json.dumps({"conflict": str(e)})
+        return json.dumps([oid, base, version])
+
+    return run
+
+
+def _on_executors(spark, ns: PartitionedNamespace, phases: dict[str, Any]) -> Callable[[str], ApplyTables]:
+    def for_op(op_json: str) -> ApplyTables:
+        def apply(snapshot_version: int, todo: Sequence[TableTodo]) -> list[tuple[str, int, int]]:
+            t = time.monotonic()
+            sc = spark.sparkContext
+            items = [json.dumps(list(item)) for item in todo]
+            tasks = min(len(items), 4 * sc.defaultParallelism)  # each task indexes a group of tables
+            with spark_action(spark, ns.storage_options) as shipped:
+                out = sc.parallelize(items, tasks).map(
+                    _index_task(ns.root, op_json, snapshot_version, shipped)).collect()
+            phases["spark_jobs"] += 1
+            phases["spark_tasks"] += tasks
+            phases["tables_s"] = round(phases["tables_s"] + time.monotonic() - t, 3)
+            parsed = [json.loads(o) for o in out]
+            conflicts = [d["conflict"] for d in parsed if isinstance(d, dict)]
+            if conflicts:  # a published version was removed by a cleanup and __manifest moved on: rebase
+                raise ManifestConflict(conflicts[0])
+            return [(oid, base, version) for oid, base, version in parsed]
+
+        return apply
+
+    return for_op
+
+
+def create_index(spark, root: str, column: str, index_type: str, storage_options: Mapping[str, str] | None = None,
+                 *, name: str | None = None, replace: bool = False, min_rows: int | None = None,
+                 max_retries: int = 20, **params: Any) -> CommitResult:
+    """Declare an index and build it on every published partition table of ``root`` on the
+    executors, published in one ``__manifest`` commit (same result as ``ns.create_index``).
+
+    >>> # from lancepart import spark as lps
+    >>> # lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256, num_sub_vectors=16)
+    """
+    ns = PartitionedNamespace.open(root, storage_options=storage_options)
+    phases: dict[str, Any] = {"spark_jobs": 0, "spark_tasks": 0, "tables_s": 0.0}
+    result = _create_index(ns, column, index_type, name=name, replace=replace, min_rows=min_rows,
+                           max_retries=max_retries, apply_tables=_on_executors(spark, ns, phases), **params)
+    result.details.update(phases)
+    log.info("spark create_index on %s: %d tables changed", ns.root, result.partitions_touched)
+    return result
+
+
+def drop_index(spark, root: str, name: str, storage_options: Mapping[str, str] | None = None, *,
+               max_retries: int = 20) -> CommitResult:
+    """Remove the declared index ``name`` and drop it from every partition table on the executors,
+    in one publish (same result as ``ns.drop_index``)."""
+    ns = PartitionedNamespace.open(root, storage_options=storage_options)
+    phases: dict[str, Any] = {"spark_jobs": 0, "spark_tasks": 0, "tables_s": 0.0}
+    result = _drop_index(ns, name, max_retries=max_retries, apply_tables=_on_executors(spark, ns, phases))
+    result.details.update(phases)
+    return result
