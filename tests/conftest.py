@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
+# A pytest-xdist worker runs with a __main__ that has neither __spec__ nor __file__, which
+# pyspark.sql.connect (imported by great_expectations) takes for a doctest run, and it calls
+# sys.exit(0). Give that __main__ a file: one that does nothing if a spawned process runs it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _main = sys.modules["__main__"]
+    if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+        _main.__file__ = str(Path(__file__).with_name("xdist_main.py"))
 
 # spec/partitioning.md Appendix A, verbatim.
 APPENDIX_A = json.loads("""

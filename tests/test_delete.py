@@ -161,9 +161,11 @@ def test_an_append_published_first_is_seen_by_the_delete(ns):
     delete's commit conflicts, it re-applies on the new published versions: the appended rows
     that match are deleted too, the others are present, none of the old deleted rows is back."""
     before = published_rows(ns.root)
-    proc = _run_delete(ns.root, "id % 2 = 0", fault="before_manifest_commit:sleep:3")
+    go = ns.root + ".go"
+    proc = _run_delete(ns.root, "id % 2 = 0", fault=f"before_manifest_commit:wait:{go}")
     _wait_for_unpublished_versions(ns, proc)
-    _write(ns.root, 70_000)  # day 1: same partitions; published while the delete sleeps
+    _write(ns.root, 70_000)  # day 1: same partitions; published while the delete waits
+    Path(go).touch()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     result = json.loads(out)
@@ -184,9 +186,11 @@ def test_a_delete_out_of_retries_publishes_nothing(ns):
     """max_retries=0 and a concurrent publish: CommitConflictError (exit 75), only the writer's
     rows changed what is published."""
     before = published_rows(ns.root)
-    proc = _run_delete(ns.root, "id % 2 = 0", fault="before_manifest_commit:sleep:3", max_retries=0)
+    go = ns.root + ".go"
+    proc = _run_delete(ns.root, "id % 2 = 0", fault=f"before_manifest_commit:wait:{go}", max_retries=0)
     _wait_for_unpublished_versions(ns, proc)
     _write(ns.root, 70_000)
+    Path(go).touch()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, (out, err)
     assert json.loads(out)["error"] == "CommitConflictError"
@@ -285,7 +289,8 @@ def test_spark_delete_matches_ns_delete_and_rebases_through_spark(template, tmp_
     assert published_rows(b.root).equals(published_rows(a.root))
 
     before = published_rows(b.root)
-    monkeypatch.setenv("LANCEPART_FAULT", "before_manifest_commit:sleep:3")
+    go = str(tmp_path / "go")
+    monkeypatch.setenv("LANCEPART_FAULT", f"before_manifest_commit:wait:{go}")
     errors: list[BaseException] = []
 
     def append_meanwhile() -> None:
@@ -297,6 +302,8 @@ def test_spark_delete_matches_ns_delete_and_rebases_through_spark(template, tmp_
             _write(b.root, 70_000)
         except BaseException as e:  # reported by the main thread
             errors.append(e)
+        finally:
+            Path(go).touch()  # the driver goes on to its __manifest commit
 
     th = threading.Thread(target=append_meanwhile)
     th.start()

@@ -236,9 +236,11 @@ def test_keys_inserted_concurrently_are_updated_not_doubled(ns, tmp_path):
                   amount=[-8.0] * 12)
     path = str(tmp_path / "cdc.parquet")
     pq.write_table(pa.concat_tables([merged, old]), path)
-    proc = _run_merge(ns.root, path, fault="before_manifest_commit:sleep:8")
+    go = str(tmp_path / "go")
+    proc = _run_merge(ns.root, path, fault=f"before_manifest_commit:wait:{go}")
     _wait_for_unpublished_versions(ns, proc)
-    _write(ns.root, 70_000)  # same keys, published while the merge sleeps
+    _write(ns.root, 70_000)  # same keys, published while the merge waits
+    Path(go).touch()
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     result = json.loads(out)
@@ -261,9 +263,11 @@ def test_a_delete_published_first_is_not_undone(ns, tmp_path):
                   amount=[-5.0] * 40)
     path = str(tmp_path / "cdc.parquet")
     pq.write_table(upd, path)
-    proc = _run_merge(ns.root, path, fault="before_manifest_commit:sleep:8")
+    go = str(tmp_path / "go")
+    proc = _run_merge(ns.root, path, fault=f"before_manifest_commit:wait:{go}")
     _wait_for_unpublished_versions(ns, proc)
     PartitionedNamespace.open(ns.root).delete("id % 3 = 0")
+    Path(go).touch()
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     result = json.loads(out)
@@ -406,7 +410,8 @@ def test_replace_where_sees_an_append_published_first(ns, tmp_path):
     new = demo_events(40, seed=8, start_id=30_000, days=1)
     path = str(tmp_path / "day1.parquet")
     pq.write_table(new, path)
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "LANCEPART_FAULT": "before_manifest_commit:sleep:8"}
+    go = str(tmp_path / "go")
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), "LANCEPART_FAULT": f"before_manifest_commit:wait:{go}"}
     code = ("import json, sys, pyarrow.parquet as pq; from lancepart import PartitionedNamespace; "
             "r = PartitionedNamespace.open(sys.argv[1]).write(pq.read_table(sys.argv[2]), mode='overwrite', "
             "where=sys.argv[3]); print(json.dumps(r.to_dict()))")
@@ -414,6 +419,7 @@ def test_replace_where_sees_an_append_published_first(ns, tmp_path):
                             stderr=subprocess.PIPE, text=True)
     _wait_for_unpublished_versions(ns, proc)
     _write(ns.root, 70_000)  # 300 rows on day 1, inside the filter
+    Path(go).touch()
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     result = json.loads(out)
@@ -424,7 +430,7 @@ def test_replace_where_sees_an_append_published_first(ns, tmp_path):
 
 
 @pytest.mark.spark
-def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypatch):
+def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypatch, tmp_path):
     """Item 6 through Spark: while lps.merge waits before its __manifest commit, a real writer
     process appends the same new keys and publishes first; the merge matches again (a new Spark
     job over the moved tables) and writes again: every key once, with the merge's values."""
@@ -435,7 +441,8 @@ def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypa
     before = by_id(published_rows(ns.root).drop_columns(["object_id"]))
     merged = changed(demo_events(300, seed=70_000, start_id=70_000, days=1), amount=[-9.0] * 300)
     df = to_df(spark, merged)
-    monkeypatch.setenv("LANCEPART_FAULT", "before_manifest_commit:sleep:8")
+    go = str(tmp_path / "go")
+    monkeypatch.setenv("LANCEPART_FAULT", f"before_manifest_commit:wait:{go}")
     errors: list[BaseException] = []
 
     def append_meanwhile() -> None:
@@ -448,6 +455,8 @@ def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypa
             _write(ns.root, 70_000)
         except BaseException as e:  # reported by the main thread
             errors.append(e)
+        finally:
+            Path(go).touch()  # the driver goes on to its __manifest commit
 
     th = threading.Thread(target=append_meanwhile)
     th.start()

@@ -191,7 +191,8 @@ def test_a_publish_that_lands_first_is_rolled_back_too_and_its_batch_id_undone(n
     n = manifest_version(ns.root)
     at_n = published_ids(ns.root)
     ns.write(demo_events(100, seed=2, start_id=10_000, days=1), batch_id="b2")
-    proc = _cli(ns.root, "rollback", "--version", str(n), fault="before_manifest_commit:sleep:3")
+    go = ns.root + ".go"
+    proc = _cli(ns.root, "rollback", "--version", str(n), fault=f"before_manifest_commit:wait:{go}")
     import time
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:  # until it committed a table version
@@ -200,6 +201,7 @@ def test_a_publish_that_lands_first_is_rolled_back_too_and_its_batch_id_undone(n
             break
         time.sleep(0.05)
     _write(ns.root, 30_000, "b3")
+    Path(go).touch()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     result = json.loads(out)

@@ -2,8 +2,10 @@
 
 Inert unless ``LANCEPART_FAULT`` is set, e.g. ``LANCEPART_FAULT=after_table_commits:exit``.
 Form: ``<step>:<action>[:<n>]`` with action ``raise`` (InjectedFault), ``exit``
-(``os._exit(77)``, no cleanup, like kill -9) or ``sleep`` (n seconds, default 5); with
-``raise``/``exit`` an ``n`` fires on the n-th time the step is reached (default 1st).
+(``os._exit(77)``, no cleanup, like kill -9), ``sleep`` (n seconds, default 5) or ``wait``
+(``<step>:wait:<path>``: until the file ``path`` exists, at most :data:`WAIT_LIMIT` seconds: a
+test lets a rival publish first, then creates it); with ``raise``/``exit`` an ``n`` fires on the
+n-th time the step is reached (default 1st).
 Several specs may be given separated by commas.
 """
 
@@ -29,6 +31,7 @@ STEPS = (
 OTHER_STEPS = (
     "before_schema_commit",  # update_schema: the new schema computed, its __manifest commit not yet made
 )
+WAIT_LIMIT = 120.0
 _counts: dict[str, int] = {}
 _lock = threading.Lock()  # table commits reach their checkpoint from several threads
 
@@ -50,6 +53,11 @@ def checkpoint(step: str) -> None:
             _counts[step] = n = _counts.get(step, 0) + 1
         if action == "sleep":
             time.sleep(float(arg or 5))
+            continue
+        if action == "wait":
+            deadline = time.monotonic() + WAIT_LIMIT
+            while not os.path.exists(arg) and time.monotonic() < deadline:
+                time.sleep(0.02)
             continue
         if n != int(arg or 1):
             continue
