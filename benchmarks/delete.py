@@ -22,33 +22,15 @@ import sys
 import tempfile
 import time
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from machine_info import machine
-from peers import events
+from peers import delta_setup, events, lancepart_setup
 
 CASES = {  # name -> (lancepart filter, delta-rs predicate, its pyarrow mask)
     "1% of rows (user_id % 100 = 7)": ("user_id % 100 = 7", "user_id % 100 = 7",
                                         lambda t: pc.equal(pc.remainder(t["user_id"], 100), 7)),
     "1% of partitions (shop_id < 10)": ("shop_id < 10", "shop_id < 10", lambda t: pc.less(t["shop_id"], 10)),
 }
-
-
-def lancepart_setup(table: pa.Table, root: str):
-    from lancepart import PartitionedNamespace
-
-    spec = {"id": 1, "fields": [{"field_id": "shop", "source_ids": [table.schema.get_field_index("shop_id")],
-                                 "transform": {"type": "identity"}, "result_type": {"type": "int64"}}]}
-    ns = PartitionedNamespace.create(root, table.schema, spec)
-    ns.write(table.cast(ns.schema))
-    return ns
-
-
-def delta_setup(table: pa.Table, root: str):
-    import deltalake
-
-    deltalake.write_deltalake(root, table, partition_by=["shop_id"])
-    return deltalake.DeltaTable(root)
 
 
 def main() -> int:

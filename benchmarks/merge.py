@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pyarrow as pa
 from machine_info import machine
-from peers import events
+from peers import delta_setup, events, lancepart_setup
 
 
 def data(rows: int) -> tuple[pa.Table, pa.Table, int, int]:
@@ -44,23 +44,6 @@ def data(rows: int) -> tuple[pa.Table, pa.Table, int, int]:
     upd = upd.set_column(upd.schema.get_field_index("shop_id"), "shop_id", pa.array(shop))
     ins = events(n, seed=13).add_column(0, "id", pa.array(np.arange(rows, rows + n, dtype=np.int64)))
     return table, pa.concat_tables([upd, ins]), n, n
-
-
-def lancepart_setup(table: pa.Table, root: str):
-    from lancepart import PartitionedNamespace
-
-    spec = {"id": 1, "fields": [{"field_id": "shop", "source_ids": [table.schema.get_field_index("shop_id")],
-                                 "transform": {"type": "identity"}, "result_type": {"type": "int64"}}]}
-    ns = PartitionedNamespace.create(root, table.schema, spec)
-    ns.write(table.cast(ns.schema))
-    return ns
-
-
-def delta_setup(table: pa.Table, root: str):
-    import deltalake
-
-    deltalake.write_deltalake(root, table, partition_by=["shop_id"])
-    return deltalake.DeltaTable(root)
 
 
 def main() -> int:

@@ -78,6 +78,26 @@ def events(rows: int, seed: int) -> pa.Table:
     })
 
 
+def lancepart_setup(table: pa.Table, root: str):
+    """``table`` (of :func:`events`) as a namespace at ``root`` partitioned by identity(shop_id):
+    the starting point of benchmarks/delete.py and benchmarks/merge.py."""
+    from lancepart import PartitionedNamespace
+
+    spec = {"id": 1, "fields": [{"field_id": "shop", "source_ids": [table.schema.get_field_index("shop_id")],
+                                 "transform": {"type": "identity"}, "result_type": {"type": "int64"}}]}
+    ns = PartitionedNamespace.create(root, table.schema, spec)
+    ns.write(table.cast(ns.schema))
+    return ns
+
+
+def delta_setup(table: pa.Table, root: str):
+    """The same rows as a Delta table partitioned by shop_id (delta-rs)."""
+    import deltalake
+
+    deltalake.write_deltalake(root, table, partition_by=["shop_id"])
+    return deltalake.DeltaTable(root)
+
+
 def walk(path: str) -> tuple[int, int]:
     """(files, bytes) under ``path``."""
     files = size = 0

@@ -28,6 +28,7 @@ from lancepart.errors import AmbiguousMatchError, DuplicateKeyError, InvalidArgu
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
 from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns
+from tests.procs import run_cli, wait_for_unpublished_versions, write_rows
 
 HERE = Path(__file__).resolve().parent
 DAY1 = "event_date = DATE '2025-12-01'"
@@ -194,33 +195,14 @@ def test_batch_id_makes_a_rerun_a_no_op(ns):
 
 
 def _run_merge(root: str, path: str, fault: str | None = None, max_retries: int = 20) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    env.pop("LANCEPART_FAULT", None)
-    if fault:
-        env["LANCEPART_FAULT"] = fault
-    code = "import sys; from lancepart.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.Popen([sys.executable, "-c", code, "merge", root, path, "--on", "id", "--json", "-q",
-                             "--max-retries", str(max_retries)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return run_cli("merge", root, path, "--on", "id", "--max-retries", str(max_retries), fault=fault)
 
 
 def _write(root: str, start: int) -> None:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    env.pop("LANCEPART_FAULT", None)
-    proc = subprocess.run([sys.executable, str(HERE / "writer_proc.py"), root, "--start", str(start), "--rows", "300",
-                           "--days", "1"], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    write_rows(root, start)
 
 
-def _wait_for_unpublished_versions(ns: PartitionedNamespace, proc: subprocess.Popen) -> None:
-    """Until the merge process has committed a table version beyond a published read_version."""
-    deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None:
-        if any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
-               for p in ns.refresh().partitions()):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the merge process committed no table version: {proc.communicate()}")
+_wait_for_unpublished_versions = wait_for_unpublished_versions
 
 
 def test_keys_inserted_concurrently_are_updated_not_doubled(ns, tmp_path):

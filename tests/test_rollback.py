@@ -8,9 +8,7 @@ processes; the oracle reads what is published with plain pylance."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import lance
@@ -24,6 +22,7 @@ from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
 from lancepart.write import batches
 from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns
+from tests.procs import run_cli, wait_for_unpublished_versions, write_rows
 
 HERE = Path(__file__).resolve().parent
 
@@ -165,23 +164,11 @@ def test_refused_versions_and_read_only_handles_publish_nothing(ns):
 
 
 def _cli(root: str, *args: str, fault: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    env.pop("LANCEPART_FAULT", None)
-    if fault:
-        env["LANCEPART_FAULT"] = fault
-    code = "import sys; from lancepart.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.Popen([sys.executable, "-c", code, *args, root, "--json", "-q"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return run_cli(*args, root, fault=fault)
 
 
 def _write(root: str, start: int, batch_id: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    env.pop("LANCEPART_FAULT", None)
-    proc = subprocess.run([sys.executable, str(HERE / "writer_proc.py"), root, "--start", str(start), "--rows", "100",
-                           "--days", "1", "--batch-id", batch_id], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return write_rows(root, start, rows=100, batch_id=batch_id)
 
 
 def test_a_publish_that_lands_first_is_rolled_back_too_and_its_batch_id_undone(ns):
@@ -193,13 +180,7 @@ def test_a_publish_that_lands_first_is_rolled_back_too_and_its_batch_id_undone(n
     ns.write(demo_events(100, seed=2, start_id=10_000, days=1), batch_id="b2")
     go = ns.root + ".go"
     proc = _cli(ns.root, "rollback", "--version", str(n), fault=f"before_manifest_commit:wait:{go}")
-    import time
-    deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None:  # until it committed a table version
-        if any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
-               for p in ns.refresh().partitions()):
-            break
-        time.sleep(0.05)
+    wait_for_unpublished_versions(ns, proc)
     _write(ns.root, 30_000, "b3")
     Path(go).touch()
     out, err = proc.communicate(timeout=120)

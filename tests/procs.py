@@ -1,0 +1,55 @@
+"""Real processes for the conflict and crash tests of the operations that change published
+data (delete, merge, rollback): the ``lancepart`` command in a child process, optionally
+paused or killed at a protocol step (``LANCEPART_FAULT``, :mod:`lancepart.write.faults`), and a
+rival writer process (tests/writer_proc.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lance
+
+from lancepart.manifest import join_uri
+
+HERE = Path(__file__).resolve().parent
+
+
+def child_env(fault: str | None = None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    env.pop("LANCEPART_FAULT", None)
+    if fault:
+        env["LANCEPART_FAULT"] = fault
+    return env
+
+
+def run_cli(*args: str, fault: str | None = None) -> subprocess.Popen:
+    """``lancepart ARGS --json -q`` in a child process (stdout: the JSON result)."""
+    code = "import sys; from lancepart.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.Popen([sys.executable, "-c", code, *args, "--json", "-q"], env=child_env(fault),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def write_rows(root: str, start: int, rows: int = 300, days: int = 1, batch_id: str | None = None) -> dict:
+    """Demo rows with ids ``start..start+rows`` written and published by a writer process; its result."""
+    cmd = [sys.executable, str(HERE / "writer_proc.py"), root, "--start", str(start), "--rows", str(rows),
+           "--days", str(days)] + (["--batch-id", batch_id] if batch_id is not None else [])
+    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def wait_for_unpublished_versions(ns, proc: subprocess.Popen, filter: str | None = None) -> None:
+    """Until ``proc`` has committed a table version beyond the published read_version of a
+    partition ``filter`` selects (it is then between its table commits and its publish)."""
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
+               for p in ns.refresh().partitions(filter)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the process committed no table version: {proc.communicate()}")
