@@ -124,6 +124,15 @@ def ns(root):
     return create_events_ns(root)
 
 
+def manifest_version(root: str) -> int:
+    """The latest version of ``__manifest`` at ``root``, read with plain pylance."""
+    import lance
+
+    from lancepart.manifest import join_uri
+
+    return lance.dataset(join_uri(root, "__manifest")).version
+
+
 def assert_read_versions_only_increase(ns) -> None:
     """docs/design.md §8: across every ``__manifest`` version, no table's ``read_version`` ever
     moves backwards (and at least one table has one, so the check cannot pass vacuously)."""

@@ -23,7 +23,7 @@ from lancepart.cli import main
 from lancepart.errors import InvalidFilterError
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
-from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns
+from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns, manifest_version
 from tests.procs import run_cli, wait_for_unpublished_versions, write_rows
 
 HERE = Path(__file__).resolve().parent
@@ -42,10 +42,6 @@ def template(tmp_path_factory) -> str:
 @pytest.fixture
 def ns(template, tmp_path) -> PartitionedNamespace:
     return copy_ns(template, tmp_path / "ns")
-
-
-def manifest_version(root: str) -> int:
-    return lance.dataset(join_uri(root, "__manifest")).version
 
 
 def published_rows(root: str) -> pa.Table:
