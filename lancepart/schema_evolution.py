@@ -307,6 +307,87 @@ def ensure_current(manifest: Manifest, object_id: str, location: str, schema: pa
     return upgrade_table(manifest, object_id, location)[1]
 
 
+def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, namespace_md: Mapping[str, str],
+                         schema: pa.Schema) -> int | None:
+    """The table at ``uri`` brought to ``schema`` on top of version ``published`` (versions
+    beyond it are nobody's published work: restored past first); the version made, or None
+    when a concurrent commit got in the way (go round again)."""
+    from lancepart.manifest import is_commit_conflict
+
+    current = lance.dataset(uri, version=published, storage_options=so)
+    pub_frags = {f.fragment_id for f in current.get_fragments()}
+    try:
+        latest = lance.dataset(uri, storage_options=so)
+        if latest.version != published:  # versions nobody published: start again from the published one
+            lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
+                                      storage_options=so)
+        version = _evolve_table(uri, so, namespace_md, schema)
+    except (LanceCommitConflictError, OSError) as e:
+        if isinstance(e, OSError) and not is_commit_conflict(e):
+            raise
+        return None
+    made = lance.dataset(uri, version=version, storage_options=so)
+    if {f.fragment_id for f in made.get_fragments()} != pub_frags:
+        return None  # a concurrent commit's fragments got in: redo from the published version
+    return version
+
+
+def _publish_upgrades(manifest: Manifest, made: Mapping[str, tuple[int, int]], schema_json: str, *,
+                      max_retries: int) -> set[str]:
+    """ONE ``__manifest`` commit moving each table of ``made`` (object_id -> (published version
+    it was upgraded from, version made)) whose ``read_version`` is still the one it was upgraded
+    from, while the schema is still ``schema_json``; the object ids it moved."""
+    def mutate(s: Any) -> tuple[Any, set[str]]:
+        if s.metadata.get(SCHEMA_KEY) != schema_json:
+            return None, set()
+        now = {r["object_id"]: r["read_version"] for r in s.lookup(list(made)).to_pylist()}
+        moves = {oid: v for oid, (pub, v) in made.items() if now.get(oid) == pub}
+        return (s.read_version_changes(moves), set(moves)) if moves else (None, set())
+
+    _, moved, _ = manifest.update(mutate, max_retries=max_retries, what="upgrade table schema")
+    return moved
+
+
+def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max_retries: int = 20) -> int:
+    """Bring every table of ``tables`` (object_id, location) that is in an older form of the
+    namespace schema up to date, each on its published version, and publish them all in ONE
+    ``__manifest`` commit (a write calls it for the tables it is about to append to, so that
+    they are not upgraded one commit each). A table another commit got in the way of is left
+    as it is: :func:`ensure_current` upgrades it alone. Returns the number published. Nothing
+    is opened when the schema never changed."""
+    from lancepart.manifest import join_uri
+    from lancepart.parallel import map_threads
+
+    if not tables:
+        return 0
+    snap = manifest.snapshot()
+    md = snap.metadata
+    if MAX_FIELD_ID_KEY not in md:
+        return 0
+    schema = schema_from_json(md[SCHEMA_KEY])
+    rows = {r["object_id"]: r for r in snap.lookup([o for o, _ in tables]).to_pylist()}
+    so = dict(manifest.storage_options) if manifest.storage_options else None
+
+    def prepare(item: tuple[str, str]) -> tuple[str, int, int] | None:
+        oid, location = item
+        row = rows.get(oid)
+        if row is None or row["read_version"] is None or row["read_branch"] is not None or row["read_tag"] is not None:
+            return None
+        uri = join_uri(manifest.root, location)
+        published = row["read_version"]
+        if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
+            return None
+        version = _evolve_on_published(uri, so, published, md, schema)
+        return None if version is None else (oid, published, version)
+
+    made = {oid: (pub, v) for oid, pub, v in filter(None, map_threads(prepare, list(tables)))}
+    if not made:
+        return 0
+    moved = _publish_upgrades(manifest, made, md[SCHEMA_KEY], max_retries=max_retries)
+    log.info("%d partition tables brought up to the namespace schema in one commit", len(moved))
+    return len(moved)
+
+
 def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
                   max_retries: int = 20) -> tuple[int | None, pa.Schema]:
     """Bring the partition table ``object_id`` up to the newest namespace schema with Lance
@@ -316,7 +397,7 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
     when the table was current already) and the schema. A table whose ``read_version`` moved
     meanwhile (a concurrent write published) is redone on the new published version; a schema
     change meanwhile makes it bring the table to that one."""
-    from lancepart.manifest import is_commit_conflict, join_uri
+    from lancepart.manifest import join_uri
 
     so = dict(manifest.storage_options) if manifest.storage_options else None
     uri = join_uri(manifest.root, location)
@@ -329,34 +410,11 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
         published = row["read_version"]
         md = snap.metadata
         schema = schema_from_json(md[SCHEMA_KEY])
-        current = lance.dataset(uri, version=published, storage_options=so)
-        if is_current(current.schema, md, schema):
+        if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
             return None, schema
-        pub_frags = {f.fragment_id for f in current.get_fragments()}
-        try:
-            latest = lance.dataset(uri, storage_options=so)
-            if latest.version != published:  # versions nobody published: start again from the published one
-                lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
-                                          storage_options=so)
-            version = _evolve_table(uri, so, md, schema)
-        except (LanceCommitConflictError, OSError) as e:
-            if isinstance(e, OSError) and not is_commit_conflict(e):
-                raise
-            backoff(attempt, 0.01, 1.0)
-            continue
-        made = lance.dataset(uri, version=version, storage_options=so)
-        if {f.fragment_id for f in made.get_fragments()} != pub_frags:
-            backoff(attempt, 0.01, 1.0)  # a concurrent commit's fragments got in: redo from the published version
-            continue
-
-        def mutate(s, oid=object_id, pub=published, v=version, schema_json=md[SCHEMA_KEY]):
-            r = s.row(oid)
-            if r is None or r["read_version"] != pub or s.metadata.get(SCHEMA_KEY) != schema_json:
-                return None, False
-            return s.read_version_changes({oid: v}), True
-
-        _, moved, _ = manifest.update(mutate, max_retries=max_retries, what="upgrade table schema")
-        if moved:
+        version = _evolve_on_published(uri, so, published, md, schema)
+        if version is not None and _publish_upgrades(manifest, {object_id: (published, version)}, md[SCHEMA_KEY],
+                                                     max_retries=max_retries):
             log.info("partition table %s brought up to the namespace schema (version %d)", object_id, version)
             return version, schema
         backoff(attempt, 0.01, 1.0)
@@ -417,6 +475,11 @@ def upgrade_outdated(ns: Any, filter: str | None = None) -> tuple[int, dict[str,
     if MAX_FIELD_ID_KEY not in md:  # the schema never changed: every table is current
         return 0, {}
     parts = [p for p in ns.partitions(filter) if p.read_branch is None and p.read_tag is None]
+    batched = upgrade_tables(ns.manifest, [(p.object_id, p.location) for p in parts])  # one commit for most
+    if batched:
+        ns.refresh()
+        md = ns.snapshot().metadata
+        parts = [p for p in ns.partitions(filter) if p.read_branch is None and p.read_tag is None]
 
     def one(p: Any) -> bool | str:
         try:
@@ -427,9 +490,9 @@ def upgrade_outdated(ns: Any, filter: str | None = None) -> tuple[int, dict[str,
         except (CommitConflictError, SchemaMismatchError, OSError, ValueError) as e:
             return f"{type(e).__name__}: {e}"
 
-    results = map_threads(one, parts)
+    results = map_threads(one, parts)  # the ones a concurrent commit kept out of the batch, one by one
     failures = {p.object_id: r for p, r in zip(parts, results, strict=True) if isinstance(r, str)}
-    return sum(1 for r in results if r is True), failures
+    return batched + sum(1 for r in results if r is True), failures
 
 
 def with_legacy_ids(schema: pa.Schema, namespace_md: Mapping[str, str]) -> pa.Schema:

@@ -72,6 +72,22 @@ def test_add_column_old_tables_read_null_and_appends_upgrade_them(ns):
         assert json.loads(ds.schema.metadata[TABLE_FIELD_IDS_KEY])["score"] == _ids(ns)["score"]
 
 
+def test_a_write_brings_every_old_table_it_appends_to_up_to_date_in_one_commit(ns):
+    """One publish path: after a schema change, a write into many old partition tables upgrades
+    them all in ONE ``__manifest`` commit before its own publish, not one commit per table
+    (which also raced each other for __manifest and could run out of retries on a wide write)."""
+    ns.write(demo_events(300, seed=1, start_id=0, days=3))
+    tables = len(ns.partitions())
+    assert tables >= 6
+    ns.update_schema(add=[pa.field("score", pa.float64())])
+    v = ns.manifest_version
+    ns.write(demo_events(300, seed=2, start_id=1000, days=3).append_column("score", pa.nulls(300, pa.float64())))
+    ops = [e.operation for e in ns.history() if e.version > v]
+    assert ops.count("upgrade table schema") == 1, ops
+    assert all("score" in _table(ns, info).schema.names for info in ns.partitions())
+    assert ns.to_table().num_rows == 600 and ns.verify().ok
+
+
 def test_rename_keeps_id_and_spec_on_renamed_source_prunes(ns):
     """Rename: the id stays, so the bucket spec on ``user_id`` (source id 4) works through the new
     name: a filter on it prunes (ns.explain / scan_plan) and reads exactly the matching rows of

@@ -23,7 +23,7 @@ from lancepart.errors import InvalidArgumentError
 from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import ensure_current, rows_as
+from lancepart.schema_evolution import ensure_current, rows_as, upgrade_tables
 from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
@@ -130,6 +130,10 @@ def _write_local(
             for i, ref in zip(unseen, res.tables, strict=True):
                 writes[oids[i]] = (TableWrite(oids[i], _ids.table_location(oids[i]), keys=groups.keys.slice(i, 1))
                                    if ref is None else TableWrite(ref.object_id, ref.location))
+            # existing tables in an older form of the schema: brought up to date in one commit
+            # (after a schema change; nothing is opened before one)
+            upgrade_tables(manifest, [(ref.object_id, ref.location) for ref in res.tables if ref is not None],
+                           max_retries=max_retries)
         phases["reserve_s"] = phases.get("reserve_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_reserve")
 
