@@ -215,6 +215,21 @@ def test_write_keeps_declared_index(ns):
     assert state == {"a": "partial", "b": "ok", "c": "ok", "d": "ok", "e": "missing"}
 
 
+def test_merge_keeps_declared_index(ns):
+    """Issue 15 item 2 for merge (issue 14 item 3): the tables a merge changes (deletions plus new
+    fragments) and the partition it creates are published with their declared indexes up to
+    date, as a write's are."""
+    ns.create_index("vec", "IVF_PQ", min_rows=1000, num_partitions=4, num_sub_vectors=4)
+    decls = declared_indexes(ns)
+    changes = pa.concat_tables([rows(50, start=0, parts=("a",)), rows(1200, start=40_000, parts=("d",))])
+    result = ns.merge(changes, on=["id"])
+    assert result.details["rows_updated"] == 50 and result.details["rows_inserted"] == 1200
+    q = np.random.default_rng(4).standard_normal(DIM).astype(np.float32)
+    for ds in published(ns).values():
+        assert index_state(ds, decls[0]) == "ok", ds.uri
+        assert ann(ds, q, 5) == brute_knn(ds, q, 5)
+
+
 def test_compaction_keeps_valid_index_through_cleanup(ns):
     """Issue 15 item 2: compaction rewrites fragments and the version it publishes carries an
     index covering exactly live fragments (never one naming the rewritten ones); tables it did

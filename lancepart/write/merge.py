@@ -57,6 +57,7 @@ from lancepart.errors import (
     RowsOutsideFilterError,
 )
 from lancepart.ids import check_location
+from lancepart.index import declarations
 from lancepart.manifest import (
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
@@ -75,7 +76,7 @@ from lancepart.write import batches, faults
 from lancepart.write.create import NewTables, create_table_with
 from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
-from lancepart.write.publish import TableWrite, already_published
+from lancepart.write.publish import TableWrite, already_published, index_or_warn, keep_indexes
 from lancepart.write.reserve import remove_table_dir, reserve_partitions
 from lancepart.write.tables import _ident, commit_exactly
 
@@ -296,6 +297,7 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
     new_tables = NewTables(manifest, spec, schema)
     done: dict[str, tuple[int | None, int]] = {}  # object_id -> (published version built on, our version)
     skipped: dict[str, Any] = {"value": None}
+    indexed: dict[str, int] = {}  # new tables whose declared indexes were brought up to date
 
     def mutate(snap: ManifestSnapshot):
         skipped["value"] = None
@@ -308,6 +310,9 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
             raise _Stale(f"{len(moved)} partition table(s) it read changed, e.g. {moved[0]}")
         if not by_oid and not deletions:
             return None, None
+        decls = declarations(snap.metadata)  # declared indexes: kept on every table this change touches
+        if decls:
+            keep_indexes(manifest, [w for w in by_oid.values() if w.created is not None], decls, indexed)
         added, _ = new_tables.rows(snap, by_oid)  # may move rows into a table published first and rebase
         existing = sorted({o for o, w in by_oid.items() if w.created is None} | set(deletions))
         current = {r["object_id"]: r for r in snap.lookup(existing).select(
@@ -339,6 +344,8 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
             if published is not None and version <= published:
                 raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
             faults.checkpoint("after_table_commit")
+            if decls:
+                version = index_or_warn(manifest, oid, location, version, decls)
             return version
 
         for (oid, _, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
