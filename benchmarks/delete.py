@@ -24,7 +24,7 @@ import time
 
 import pyarrow.compute as pc
 from machine_info import machine
-from peers import delta_setup, events, lancepart_setup
+from peers import delta_setup, events, lancepart_setup, spark_session
 
 CASES = {  # name -> (lancepart filter, delta-rs predicate, its pyarrow mask)
     "1% of rows (user_id % 100 = 7)": ("user_id % 100 = 7", "user_id % 100 = 7",
@@ -37,8 +37,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--spark", action="store_true", help="also lps.delete on Spark local[*]")
     args = ap.parse_args()
     import deltalake  # noqa: F401  (a missing peer fails before any work)
+
+    systems = ["lancepart", "delta-rs"] + (["lancepart on Spark"] if args.spark else [])
+    if args.spark:
+        from lancepart import spark as lps
+
+        spark = spark_session("lancepart-bench-delete")
 
     table = events(args.rows, seed=7)
     info = {"machine": machine("pyarrow", "lance", "deltalake"), "rows": args.rows,
@@ -49,15 +56,20 @@ def main() -> int:
         for case, (lp_filter, dl_pred, mask) in CASES.items():
             expected_deleted = pc.sum(mask(table)).as_py()
             expected_left = table.num_rows - expected_deleted
-            times: dict[str, list[float]] = {"lancepart": [], "delta-rs": []}
+            times: dict[str, list[float]] = {s: [] for s in systems}
             for rnd in range(args.rounds + 1):
-                order = ["lancepart", "delta-rs"] if rnd % 2 == 0 else ["delta-rs", "lancepart"]
+                order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
                 line = []
                 for system in order:
-                    root = os.path.join(work, f"{system}-{rnd}")
-                    state = (lancepart_setup if system == "lancepart" else delta_setup)(table, root)
+                    root = os.path.join(work, f"{system.replace(' ', '-')}-{rnd}")
+                    state = (delta_setup if system == "delta-rs" else lancepart_setup)(table, root)
                     t0 = time.perf_counter()
-                    if system == "lancepart":
+                    if system == "lancepart on Spark":
+                        r = lps.delete(spark, root, lp_filter)
+                        dt = time.perf_counter() - t0
+                        deleted = r.details["rows_deleted"]
+                        left = state.refresh().to_table(columns=["user_id"]).num_rows
+                    elif system == "lancepart":
                         r = state.delete(lp_filter)
                         dt = time.perf_counter() - t0
                         deleted, left = r.details["rows_deleted"], state.to_table(columns=["user_id"]).num_rows
@@ -78,6 +90,11 @@ def main() -> int:
                                    "delta_rs_s": round(dl, 3), "ratio": round(lp / dl, 2)}
             print(f"{case}: {expected_deleted:,} rows deleted; lancepart {lp:.3f} s, delta-rs {dl:.3f} s, "
                   f"lancepart / delta-rs = {lp / dl:.2f}", flush=True)
+            if args.spark:
+                sp = statistics.median(times["lancepart on Spark"])
+                info["cases"][case].update(lancepart_spark_s=round(sp, 3), spark_ratio=round(sp / dl, 2))
+                print(f"{case}: lps.delete on Spark local[*] {sp:.3f} s, lps.delete / delta-rs = {sp / dl:.2f}",
+                      flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(info))

@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pyarrow as pa
 from machine_info import machine
-from peers import delta_setup, events, lancepart_setup
+from peers import delta_setup, events, lancepart_setup, spark_session
 
 
 def data(rows: int) -> tuple[pa.Table, pa.Table, int, int]:
@@ -50,25 +50,40 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--spark", action="store_true", help="also lps.merge on Spark local[*] (the CDC batch as a "
+                                                         "cached DataFrame)")
     args = ap.parse_args()
     import deltalake  # noqa: F401  (a missing peer fails before any work)
 
     table, batch, n_upd, n_ins = data(args.rows)
+    systems = ["lancepart", "delta-rs"] + (["lancepart on Spark"] if args.spark else [])
+    df = None
+    if args.spark:
+        from lancepart import spark as lps
+
+        spark = spark_session("lancepart-bench-merge")
+        df = spark.createDataFrame(batch.to_pandas()).cache()
+        df.count()
     info = {"machine": machine("pyarrow", "lance", "deltalake"), "rows": args.rows,
             "partitions": len(set(table.column("shop_id").to_pylist())), "rounds": args.rounds,
             "rows_updated": n_upd, "rows_inserted": n_ins}
     print(json.dumps(info), flush=True)
     work = tempfile.mkdtemp(prefix="lancepart-bench-merge-")
-    times: dict[str, list[float]] = {"lancepart": [], "delta-rs": []}
+    times: dict[str, list[float]] = {s: [] for s in systems}
     try:
         for rnd in range(args.rounds + 1):
-            order = ["lancepart", "delta-rs"] if rnd % 2 == 0 else ["delta-rs", "lancepart"]
+            order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
             line = []
             for system in order:
-                root = os.path.join(work, f"{system}-{rnd}")
-                state = (lancepart_setup if system == "lancepart" else delta_setup)(table, root)
+                root = os.path.join(work, f"{system.replace(' ', '-')}-{rnd}")
+                state = (delta_setup if system == "delta-rs" else lancepart_setup)(table, root)
                 t0 = time.perf_counter()
-                if system == "lancepart":
+                if system == "lancepart on Spark":
+                    r = lps.merge(df, root, on=["id"])
+                    dt = time.perf_counter() - t0
+                    done = (r.details["rows_updated"], r.details["rows_inserted"])
+                    total = state.refresh().to_table(columns=["id"]).num_rows
+                elif system == "lancepart":
                     r = state.merge(batch.cast(state.schema), on=["id"])
                     dt = time.perf_counter() - t0
                     done = (r.details["rows_updated"], r.details["rows_inserted"])
@@ -89,6 +104,10 @@ def main() -> int:
         info.update(lancepart_s=round(lp, 3), delta_rs_s=round(dl, 3), ratio=round(lp / dl, 2))
         print(f"merge of {n_upd:,} updates + {n_ins:,} inserts into {args.rows:,} rows: lancepart {lp:.3f} s, "
               f"delta-rs {dl:.3f} s, lancepart / delta-rs = {lp / dl:.2f}", flush=True)
+        if args.spark:
+            sp = statistics.median(times["lancepart on Spark"])
+            info.update(lancepart_spark_s=round(sp, 3), spark_ratio=round(sp / dl, 2))
+            print(f"lps.merge on Spark local[*] {sp:.3f} s, lps.merge / delta-rs = {sp / dl:.2f}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(info))

@@ -98,6 +98,18 @@ def delta_setup(table: pa.Table, root: str):
     return deltalake.DeltaTable(root)
 
 
+def spark_session(app: str):
+    """Spark on ``local[*]`` (driver memory 4g) for the ``--spark`` systems of benchmarks/delete.py
+    and benchmarks/merge.py; workers run this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[*]").appName(app).config("spark.ui.enabled", "false")
+             .config("spark.driver.memory", "4g").config("spark.sql.shuffle.partitions", "8").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def walk(path: str) -> tuple[int, int]:
     """(files, bytes) under ``path``."""
     files = size = 0
