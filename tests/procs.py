@@ -9,7 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lance
@@ -48,8 +51,40 @@ def wait_for_unpublished_versions(ns, proc: subprocess.Popen, filter: str | None
     partition ``filter`` selects (it is then between its table commits and its publish)."""
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
-        if any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
-               for p in ns.refresh().partitions(filter)):
+        if _has_unpublished_versions(ns, filter):
             return
         time.sleep(0.05)
     raise AssertionError(f"the process committed no table version: {proc.communicate()}")
+
+
+def _has_unpublished_versions(ns, filter: str | None) -> bool:
+    return any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
+               for p in ns.refresh().partitions(filter))
+
+
+@contextmanager
+def rival_publishes_first(ns, go: str, publish: Callable[[], object], filter: str | None = None) -> Iterator[None]:
+    """For an operation run in the body of the ``with`` in this process (Spark's driver), paused
+    before its ``__manifest`` commit by ``LANCEPART_FAULT=before_manifest_commit:wait:<go>``: a
+    thread waits until it has committed a table version (of a partition ``filter`` selects), runs
+    ``publish`` (a rival that publishes first), then creates ``go`` so the operation goes on."""
+    errors: list[BaseException] = []
+
+    def rival() -> None:
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and not _has_unpublished_versions(ns, filter):
+                time.sleep(0.05)
+            publish()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+        finally:
+            Path(go).touch()
+
+    th = threading.Thread(target=rival)
+    th.start()
+    try:
+        yield
+    finally:
+        th.join()
+    assert not errors, errors

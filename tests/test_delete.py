@@ -24,7 +24,7 @@ from lancepart.errors import InvalidFilterError
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
 from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns, manifest_version
-from tests.procs import run_cli, wait_for_unpublished_versions, write_rows
+from tests.procs import rival_publishes_first, run_cli, wait_for_unpublished_versions, write_rows
 
 HERE = Path(__file__).resolve().parent
 DAY1 = "event_date = DATE '2025-12-01'"
@@ -254,7 +254,6 @@ def test_spark_delete_matches_ns_delete_and_rebases_through_spark(template, tmp_
     append published while it waits before its __manifest commit, it re-applies (a second Spark
     job) on the new published versions (issue 14 items 2 and 6)."""
     import shutil
-    import threading
 
     from lancepart import spark as lps
 
@@ -270,25 +269,8 @@ def test_spark_delete_matches_ns_delete_and_rebases_through_spark(template, tmp_
     before = published_rows(b.root)
     go = str(tmp_path / "go")
     monkeypatch.setenv("LANCEPART_FAULT", f"before_manifest_commit:wait:{go}")
-    errors: list[BaseException] = []
-
-    def append_meanwhile() -> None:
-        try:
-            deadline = time.time() + 60
-            while time.time() < deadline and not any(
-                    lance.dataset(join_uri(b.root, p.location)).version > p.read_version for p in b.partitions(DAY1)):
-                time.sleep(0.05)
-            _write(b.root, 70_000)
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
-        finally:
-            Path(go).touch()  # the driver goes on to its __manifest commit
-
-    th = threading.Thread(target=append_meanwhile)
-    th.start()
-    result = lps.delete(spark, b.root, "id % 2 = 0")
-    th.join()
-    assert not errors, errors
+    with rival_publishes_first(b, go, lambda: _write(b.root, 70_000), DAY1):
+        result = lps.delete(spark, b.root, "id % 2 = 0")
     assert result.retries >= 1 and result.details["spark_jobs"] >= 2
     assert ids(published_rows(b.root)) == [i for i in ids(before) + list(range(70_000, 70_300)) if i % 2]
     assert_read_versions_only_increase(b.refresh())

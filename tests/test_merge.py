@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import lance
@@ -28,7 +27,7 @@ from lancepart.errors import AmbiguousMatchError, DuplicateKeyError, InvalidArgu
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
 from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns, manifest_version
-from tests.procs import run_cli, wait_for_unpublished_versions, write_rows
+from tests.procs import rival_publishes_first, run_cli, wait_for_unpublished_versions, write_rows
 
 HERE = Path(__file__).resolve().parent
 DAY1 = "event_date = DATE '2025-12-01'"
@@ -362,6 +361,9 @@ def test_datasource_replace_where(ns, spark):
     """Item 4 through the data source: ``mode("overwrite").option("replaceWhere", ...)``
     replaces the rows matching the filter; an input row outside it fails the write, nothing
     published."""
+    from lancepart import spark as lps
+
+    lps.register(spark)  # as a user of the format must (the test may be the first Spark use in its worker)
     before = published_rows(ns.root).drop_columns(["object_id"])
     day1 = pc.equal(before["event_date"], pa.scalar(20_423, pa.date32()))
     new = demo_events(40, seed=8, start_id=30_000, days=1)
@@ -412,7 +414,6 @@ def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypa
     """Item 6 through Spark: while lps.merge waits before its __manifest commit, a real writer
     process appends the same new keys and publishes first; the merge matches again (a new Spark
     job over the moved tables) and writes again: every key once, with the merge's values."""
-    import threading
 
     from lancepart import spark as lps
 
@@ -421,26 +422,8 @@ def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypa
     df = to_df(spark, merged)
     go = str(tmp_path / "go")
     monkeypatch.setenv("LANCEPART_FAULT", f"before_manifest_commit:wait:{go}")
-    errors: list[BaseException] = []
-
-    def append_meanwhile() -> None:
-        try:
-            deadline = time.time() + 120
-            while time.time() < deadline and not any(
-                    lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
-                    for p in ns.refresh().partitions()):
-                time.sleep(0.05)
-            _write(ns.root, 70_000)
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
-        finally:
-            Path(go).touch()  # the driver goes on to its __manifest commit
-
-    th = threading.Thread(target=append_meanwhile)
-    th.start()
-    result = lps.merge(df, ns.root, on=["id"])
-    th.join()
-    assert not errors, errors
+    with rival_publishes_first(ns, go, lambda: _write(ns.root, 70_000)):
+        result = lps.merge(df, ns.root, on=["id"])
     assert result.retries >= 1 and result.details["spark_jobs"] >= 4  # match + write, twice
     assert result.details["rows_updated"] == 300 and result.details["rows_inserted"] == 0
     assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == before | by_id(merged)
