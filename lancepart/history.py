@@ -72,7 +72,7 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _versions(ds: lance.LanceDataset) -> list[tuple[int, datetime]]:
+def retained_versions(ds: lance.LanceDataset) -> list[tuple[int, datetime]]:
     """``(version, UTC time)`` of every retained version of ``__manifest`` (``ds``), oldest first."""
     return sorted((int(v["version"]), _utc(v["timestamp"])) for v in ds.versions())
 
@@ -83,7 +83,7 @@ def history(manifest: Manifest, limit: int | None = None) -> list[HistoryEntry]:
         raise InvalidArgumentError(f"limit must be a positive integer, got {limit!r}")
     ds = manifest.dataset()
     out = []
-    for version, ts in _versions(ds)[::-1][:limit]:
+    for version, ts in retained_versions(ds)[::-1][:limit]:
         try:
             tx = ds.read_transaction(version)
         except (OSError, ValueError):  # a transaction file another tool removed: the version stays listed
@@ -113,7 +113,7 @@ def snapshot_at(manifest: Manifest, *, version: int | None = None, as_of: dateti
     saying how far back time travel reaches."""
     if (version is None) == (as_of is None):
         raise InvalidArgumentError("give exactly one of version= and as_of=")
-    retained = _versions(manifest.dataset())
+    retained = retained_versions(manifest.dataset())
     oldest, newest = retained[0], retained[-1]
     reach = (f"time travel reaches back to __manifest version {oldest[0]} ({oldest[1].isoformat()}); "
              f"cleanup removed older versions")

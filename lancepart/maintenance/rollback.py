@@ -39,13 +39,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import lance
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from lance import LanceOperation
 
 from lancepart import ids as _ids
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
-from lancepart.history import snapshot_at
+from lancepart.history import retained_versions, snapshot_at
 from lancepart.maintenance.drop import _without
 from lancepart.manifest import ManifestSnapshot, is_not_found, join_uri, set_read_versions
 from lancepart.parallel import map_threads
@@ -114,17 +114,15 @@ def rollback(ns: PartitionedNamespace, version: int, *, max_retries: int = 20) -
     started = time.monotonic()
     manifest = ns.manifest
     target = snapshot_at(manifest, version=version)  # typed errors for a version that is not there
-    target_time = next((ts for v, ts in ((int(x["version"]), x["timestamp"]) for x in manifest.dataset().versions())
-                        if v == version), None)
-    retention = batches.batch_id_retention(manifest.dataset().metadata)
-    if target_time is not None:
-        at = target_time.replace(tzinfo=UTC) if target_time.tzinfo is None else target_time
-        if at < datetime.now(UTC) - retention:
-            raise InvalidArgumentError(
-                f"rollback to version {version} of {ns.root}: it was committed at {at.isoformat()}, longer ago than "
-                f"the batch id retention ({retention}); batch ids published before it may be forgotten, so the "
-                f"rollback could not tell which reruns to allow; raise lancepart.batch_id_retention or choose a "
-                f"later version")
+    ds = manifest.dataset()
+    at = dict(retained_versions(ds)).get(version)  # UTC
+    retention = batches.batch_id_retention(ds.metadata)
+    if at is not None and at < datetime.now(UTC) - retention:
+        raise InvalidArgumentError(
+            f"rollback to version {version} of {ns.root}: it was committed at {at.isoformat()}, longer ago than "
+            f"the batch id retention ({retention}); batch ids published before it may be forgotten, so the "
+            f"rollback could not tell which reruns to allow; raise lancepart.batch_id_retention or choose a "
+            f"later version")
     wanted = _partition_tables(target.rows)
     done: dict[str, tuple[Any, int]] = {}  # object_id -> (its pins when committed, the table version made)
 
@@ -147,9 +145,8 @@ def rollback(ns: PartitionedNamespace, version: int, *, max_retries: int = 20) -
                                 "removed": sorted(remove), "brought_back": sorted(bring_back)}
         if not restore and not repin and not remove:
             return None, {**info, "undone": [], "redone": []}
-        todo = [oid for oid in restore
-                if oid not in done or done[oid][0] != _pins(have.get(oid)) or done[oid][1] <= (
-                    (have.get(oid) or {}).get("read_version") or 0)]
+        # a version made on an earlier attempt stays good while the table's pins did not move since
+        todo = [oid for oid in restore if oid not in done or done[oid][0] != _pins(have.get(oid))]
         made = map_threads(lambda oid: restore_table(ns.root, wanted[oid]["location"], wanted[oid]["read_version"],
                                                      manifest.storage_options), todo)
         for oid, v in zip(todo, made, strict=True):
@@ -168,8 +165,7 @@ def rollback(ns: PartitionedNamespace, version: int, *, max_retries: int = 20) -
                      for k in range(2, len(o.split(_ids.DELIMITER)))} - present
         t_index = {o: i for i, o in enumerate(target.rows.column("object_id").to_pylist())}
         if repin:
-            kept = kept.filter(pa.array(np.isin(np.array(kept.column("object_id").to_pylist(), dtype=object),
-                                                np.array(repin, dtype=object), invert=True)))
+            kept = kept.filter(pc.invert(pc.is_in(kept.column("object_id"), pa.array(repin, pa.utf8()))))
         added = target.rows.take(pa.array([t_index[o] for o in from_target]
                                           + [t_index[a] for a in sorted(ancestors) if a in t_index], pa.int64()))
         added = set_read_versions(added, {o: done[o][1] for o in bring_back if o in done})
