@@ -283,28 +283,89 @@ def conform(data: pa.Table, mapping: Mapping[str, str | None], target: pa.Schema
     return pa.Table.from_arrays(cols, schema=target)
 
 
+def read_columns(ds: lance.LanceDataset, schema: pa.Schema, columns: Sequence[str], *, filter: str | None = None,
+                 with_row_address: bool = False) -> pa.Table:
+    """The namespace columns ``columns`` of a partition table version, found by field id (a
+    renamed column under its table name, a widened one cast, one the table lacks as NULL): how
+    every per-table evaluation (a delete's filter, a merge's keys, replace-where) reads a table
+    that may be in an older form of the schema. ``schema`` is the namespace schema, carrying the
+    legacy ids when the namespace has them (:func:`with_legacy_ids`). ``filter`` (over namespace
+    names) is pushed into Lance's scan only when every column it may name is stored under its
+    namespace name and type; the caller applies its exact filter afterwards either way. With
+    ``with_row_address``, ``_rowaddr`` comes last."""
+    md = legacy_md(schema)
+    mapping = source_columns(ds.schema, md, schema, columns)
+    present = list(dict.fromkeys(n for n in mapping.values() if n is not None))
+    same = all(mapping[c] == c and ds.schema.field(c).type == schema.field(c).type for c in columns)
+    table = None
+    if filter is not None and same:
+        try:
+            table = ds.to_table(columns=present, filter=filter, with_row_address=with_row_address)
+        except ValueError as e:  # Lance's planner refused it: scan unfiltered, the exact filter follows
+            log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", filter, e)
+    if table is None:
+        table = ds.to_table(columns=present, with_row_address=with_row_address)
+    out = conform(table, mapping, pa.schema([schema.field(c).remove_metadata() for c in columns]))
+    if with_row_address:
+        out = out.append_column(pa.field("_rowaddr", pa.uint64()), table.column("_rowaddr"))
+    return out
+
+
 def rows_as(rows: pa.Table, schema: pa.Schema, target: pa.Schema) -> pa.Table:
     """Rows of namespace schema ``schema`` in the newer form ``target`` of it, by field id."""
     by_id = {field_id_of(f): f.name for f in schema}
     return conform(rows, {f.name: by_id.get(field_id_of(f)) for f in target}, target)
 
 
-def ensure_current(manifest: Manifest, object_id: str, location: str, schema: pa.Schema) -> pa.Schema:
-    """Before a write appends rows of ``schema`` to an existing partition table: the namespace
-    schema the table is in, brought up to date first when it is older (:func:`upgrade_table`).
-    One open of the table's latest version when it is current already. When the namespace
-    schema changed after the write read it, that is the newer one: the caller converts its
-    rows with :func:`rows_as` (every change keeps rows of an older form convertible)."""
+def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa.Table, schema: pa.Schema, *,
+                     published: int | None = None, max_rows_per_file: int = 1_048_576,
+                     max_attempts: int = 5) -> list[Any]:
+    """Rows of namespace schema ``schema`` written as fragments (not committed) into the existing
+    partition table ``object_id``: the one way every writer (a write, a merge, replace-where,
+    Spark tasks, the rows of a partition another writer created first) appends to a table.
+
+    The fragments are written against the table version they will be committed on: ``published``
+    (its ``read_version`` as the caller's snapshot has it), or the latest version when the caller
+    does not know it (Spark tasks). A table in an older form of the namespace schema is brought up
+    to date first (:func:`upgrade_table`, published at once), and when the namespace schema changed
+    after the caller read it, the rows are converted to the newer one (:func:`rows_as`: every
+    change keeps rows of an older form convertible). A concurrent schema change that lands between
+    is met again on the next attempt; after ``max_attempts``, a :class:`SchemaMismatchError`
+    (retryable: nothing was committed).
+
+    >>> # append_fragments(manifest, oid, "3f9a0c1e_v1$...$dataset", rows, ns.schema, published=4)
+    """
     from lancepart.manifest import join_uri
 
     so = dict(manifest.storage_options) if manifest.storage_options else None
-    table = lance.dataset(join_uri(manifest.root, location), storage_options=so).schema
-    md: Mapping[str, str] = {}
-    if TABLE_FIELD_IDS_KEY not in (table.metadata or {}):
-        md = manifest.dataset().metadata
-    if is_current(table, md, schema):
-        return schema
-    return upgrade_table(manifest, object_id, location)[1]
+    uri = join_uri(manifest.root, location)
+    last: BaseException | None = None
+    for attempt in range(max_attempts):
+        ds = lance.dataset(uri, version=published, storage_options=so)
+        md: Mapping[str, str] = {}
+        if TABLE_FIELD_IDS_KEY not in (ds.schema.metadata or {}):
+            md = manifest.dataset().metadata
+        target = schema
+        if not is_current(ds.schema, md, schema):
+            _, target, version = upgrade_table(manifest, object_id, location)
+            ds = lance.dataset(uri, version=version, storage_options=so)
+        out = rows if target.equals(schema, check_metadata=True) else rows_as(rows, schema, target)
+        try:
+            return lance.fragment.write_fragments(out, ds, max_rows_per_file=max_rows_per_file, storage_options=so)
+        except (OSError, ValueError) as e:
+            if not _schema_refused(e):
+                raise
+            last = e  # the table's schema moved under us (an upgrade published meanwhile): look again
+            published = None
+            backoff(attempt, 0.01, 0.5)
+    raise SchemaMismatchError(f"partition table {location}: its schema kept changing while rows were written into "
+                              f"it ({max_attempts} attempts; last: {last}); nothing was committed: run it again")
+
+
+def _schema_refused(e: BaseException) -> bool:
+    """Whether Lance refused rows because their schema is not the table's."""
+    text = str(e)
+    return "different schema" in text or "schema mismatch" in text.lower()
 
 
 def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, namespace_md: Mapping[str, str],
@@ -313,9 +374,9 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
     beyond it are nobody's published work: restored past first); the version made, or None
     when a concurrent commit got in the way (go round again)."""
     from lancepart.manifest import is_commit_conflict
+    from lancepart.write.tables import rows_held
 
-    current = lance.dataset(uri, version=published, storage_options=so)
-    pub_frags = {f.fragment_id for f in current.get_fragments()}
+    held = rows_held(lance.dataset(uri, version=published, storage_options=so))
     try:
         latest = lance.dataset(uri, storage_options=so)
         if latest.version != published:  # versions nobody published: start again from the published one
@@ -326,9 +387,8 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
         if isinstance(e, OSError) and not is_commit_conflict(e):
             raise
         return None
-    made = lance.dataset(uri, version=version, storage_options=so)
-    if {f.fragment_id for f in made.get_fragments()} != pub_frags:
-        return None  # a concurrent commit's fragments got in: redo from the published version
+    if rows_held(lance.dataset(uri, version=version, storage_options=so)) != held:
+        return None  # a concurrent commit's fragments or deletions got in: redo from the published version
     return version
 
 
@@ -348,22 +408,23 @@ def _publish_upgrades(manifest: Manifest, made: Mapping[str, tuple[int, int]], s
     return moved
 
 
-def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max_retries: int = 20) -> int:
+def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max_retries: int = 20
+                   ) -> dict[str, int]:
     """Bring every table of ``tables`` (object_id, location) that is in an older form of the
     namespace schema up to date, each on its published version, and publish them all in ONE
     ``__manifest`` commit (a write calls it for the tables it is about to append to, so that
     they are not upgraded one commit each). A table another commit got in the way of is left
-    as it is: :func:`ensure_current` upgrades it alone. Returns the number published. Nothing
-    is opened when the schema never changed."""
+    as it is: :func:`append_fragments` upgrades it alone. Returns ``{object_id: version
+    published}`` of the tables upgraded. Nothing is opened when the schema never changed."""
     from lancepart.manifest import join_uri
     from lancepart.parallel import map_threads
 
     if not tables:
-        return 0
+        return {}
     snap = manifest.snapshot()
     md = snap.metadata
     if MAX_FIELD_ID_KEY not in md:
-        return 0
+        return {}
     schema = schema_from_json(md[SCHEMA_KEY])
     rows = {r["object_id"]: r for r in snap.lookup([o for o, _ in tables]).to_pylist()}
     so = dict(manifest.storage_options) if manifest.storage_options else None
@@ -382,19 +443,20 @@ def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max
 
     made = {oid: (pub, v) for oid, pub, v in filter(None, map_threads(prepare, list(tables)))}
     if not made:
-        return 0
+        return {}
     moved = _publish_upgrades(manifest, made, md[SCHEMA_KEY], max_retries=max_retries)
     log.info("%d partition tables brought up to the namespace schema in one commit", len(moved))
-    return len(moved)
+    return {oid: made[oid][1] for oid in moved}
 
 
 def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
-                  max_retries: int = 20) -> tuple[int | None, pa.Schema]:
+                  max_retries: int = 20) -> tuple[int | None, pa.Schema, int | None]:
     """Bring the partition table ``object_id`` up to the newest namespace schema with Lance
     schema evolution (``drop_columns``, ``alter_columns`` for renames and casts, ``add_columns``
     all NULL, then the field-id record), on top of its *published* version, and publish the
     version made in one ``__manifest`` commit (same rows, new schema). Returns that version (None
-    when the table was current already) and the schema. A table whose ``read_version`` moved
+    when the table was current already), the schema, and the published version of the table in
+    that schema. A table whose ``read_version`` moved
     meanwhile (a concurrent write published) is redone on the new published version; a schema
     change meanwhile makes it bring the table to that one."""
     from lancepart.manifest import join_uri
@@ -411,12 +473,12 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
         md = snap.metadata
         schema = schema_from_json(md[SCHEMA_KEY])
         if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
-            return None, schema
+            return None, schema, published
         version = _evolve_on_published(uri, so, published, md, schema)
         if version is not None and _publish_upgrades(manifest, {object_id: (published, version)}, md[SCHEMA_KEY],
                                                      max_retries=max_retries):
             log.info("partition table %s brought up to the namespace schema (version %d)", object_id, version)
-            return version, schema
+            return version, schema, version
         backoff(attempt, 0.01, 1.0)
     raise CommitConflictError(f"bringing partition table {object_id} up to the namespace schema: {max_retries + 1} "
                               f"attempts conflicted with concurrent commits")
@@ -475,7 +537,7 @@ def upgrade_outdated(ns: Any, filter: str | None = None) -> tuple[int, dict[str,
     if MAX_FIELD_ID_KEY not in md:  # the schema never changed: every table is current
         return 0, {}
     parts = [p for p in ns.partitions(filter) if p.read_branch is None and p.read_tag is None]
-    batched = upgrade_tables(ns.manifest, [(p.object_id, p.location) for p in parts])  # one commit for most
+    batched = len(upgrade_tables(ns.manifest, [(p.object_id, p.location) for p in parts]))  # one commit for most
     if batched:
         ns.refresh()
         md = ns.snapshot().metadata

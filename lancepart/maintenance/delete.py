@@ -96,23 +96,11 @@ def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, s
     exactly by DataFusion, as :meth:`PartitionedNamespace.to_table` applies it."""
     from lancepart.read.prune import filter_columns
     from lancepart.read.snapshot import apply_filter
+    from lancepart.schema_evolution import read_columns
 
     cols = filter_columns(filter, schema)
-    present = [c for c in cols if c in ds.schema.names]
-    table = None
-    if scan_filter is not None and len(present) == len(cols):
-        try:
-            table = ds.to_table(columns=present, filter=scan_filter, with_row_address=True)
-        except ValueError as e:  # Lance's planner refused it: scan unfiltered, the exact filter follows
-            log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
-    if table is None:
-        table = ds.to_table(columns=present, with_row_address=True)
-    # a column the table lacks (added to the schema after it was written) reads as NULL
-    arrays = [table.column(c).cast(schema.field(c).type) if c in present else pa.nulls(table.num_rows,
-                                                                                        schema.field(c).type)
-              for c in cols]
-    view = pa.Table.from_arrays([*arrays, table.column(_ADDR)],
-                                schema=pa.schema([*(schema.field(c) for c in cols), pa.field(_ADDR, pa.uint64())]))
+    # by field id: a table in an older form of the schema names or types a column differently
+    view = read_columns(ds, schema, cols, filter=scan_filter, with_row_address=True)
     try:
         matched = apply_filter(view, filter)
     except InvalidArgumentError as e:
@@ -255,7 +243,10 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
                                  "to delete every row say so: filter='TRUE'")
     started = time.monotonic()
     ns.refresh()  # a stale handle must not miss partitions of a spec version evolved since it was opened
-    manifest, schema, specs = ns.manifest, ns.schema, ns.specs
+    from lancepart.schema_evolution import with_legacy_ids
+
+    # the legacy ids place the columns of tables written before the first schema change
+    manifest, schema, specs = ns.manifest, with_legacy_ids(ns.schema, ns.snapshot().metadata), ns.specs
     apply = apply_tables or apply_on_threads(manifest, schema, filter)
     done: dict[str, TableDelete] = {}  # object_id -> the delete applied on its published version
 

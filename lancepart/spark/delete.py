@@ -22,6 +22,7 @@ from lancepart.maintenance.delete import delete as _delete
 from lancepart.manifest import ManifestConflict
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
+from lancepart.schema_evolution import with_legacy_ids
 from lancepart.spark.datasource import register
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.spec import schema_to_json
@@ -70,7 +71,8 @@ def delete(spark, root: str, filter: str, storage_options: Mapping[str, str] | N
         t = time.monotonic()
         sc = spark.sparkContext
         items = [json.dumps(list(item)) for item in todo]
-        schema_json = json.dumps(schema_to_json(ns.schema), separators=(",", ":"))
+        schema_json = json.dumps(schema_to_json(with_legacy_ids(ns.schema, ns.snapshot().metadata)),
+                                 separators=(",", ":"))
         tasks = min(len(items), 4 * sc.defaultParallelism)  # a task per table costs scheduling time
         with spark_action(spark, ns.storage_options) as shipped:
             out = sc.parallelize(items, tasks).map(

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from lancepart.manifest import ManifestSnapshot
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
+from lancepart.schema_evolution import with_legacy_ids
 from lancepart.spark.datasource import register
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.spark.workers import check_workers
@@ -51,6 +52,7 @@ from lancepart.write.merge import (
     apply_change,
     check_keys,
     check_merge_args,
+    key_values,
     partition_tables,
 )
 from lancepart.write.plan import check_schema
@@ -88,10 +90,12 @@ def keep_rows(batch: pa.RecordBatch, matched: pa.Table, on: Sequence[str], types
     if update and insert:
         return batch
     n = batch.num_rows
-    if len(on) == 1:
-        hit = pc.fill_null(pc.is_in(batch.column(on[0]).cast(types[on[0]]), value_set=matched.column(on[0])), False)
+    if len(on) == 1:  # keys compared as the driver's evaluation compares them (-0.0 is 0.0)
+        hit = pc.fill_null(pc.is_in(key_values(batch.column(on[0]).cast(types[on[0]])),
+                                    value_set=matched.column(on[0])), False)
     else:
-        probe = pa.table({**{c: batch.column(c).cast(types[c]) for c in on}, "__i": pa.array(np.arange(n))})
+        probe = pa.table({**{c: key_values(batch.column(c).cast(types[c])) for c in on},
+                          "__i": pa.array(np.arange(n))})
         found = probe.join(matched, keys=list(on), join_type="inner").column("__i").to_numpy()
         mask = np.zeros(n, dtype=bool)
         mask[found] = True
@@ -126,7 +130,8 @@ def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_n
     on = check_merge_args(schema, on, when_matched, when_not_matched, input_schema.names)
     check_workers(spark)
     update, insert = when_matched == "update", when_not_matched == "insert"
-    schema_json = json.dumps(schema_to_json(schema), separators=(",", ":"))
+    # the legacy ids place the key columns of tables written before the first schema change
+    schema_json = json.dumps(schema_to_json(with_legacy_ids(schema, ns.snapshot().metadata)), separators=(",", ":"))
     phases: dict[str, Any] = {"spark_jobs": 0}
     cached = not df.is_cached
     if cached:

@@ -31,7 +31,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import lance
 import pyarrow as pa
 
 from lancepart.ids import check_location
@@ -116,14 +115,10 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
                         written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so)
                     else:
                         from lancepart.manifest import Manifest
-                        from lancepart.schema_evolution import ensure_current, rows_as
+                        from lancepart.schema_evolution import append_fragments
 
-                        now = ensure_current(Manifest(root, so), oid, location, schema)  # an older table: upgrade it
-                        if not now.equals(schema, check_metadata=True):  # schema changed since read
-                            rows = rows_as(rows, schema, now)
-                        written = lance.fragment.write_fragments(rows, join_uri(root, location),
-                                                                 schema=schema, max_rows_per_file=max_rows_per_file,
-                                                                 storage_options=so)
+                        written = append_fragments(Manifest(root, so), oid, location, rows, schema,
+                                                   max_rows_per_file=max_rows_per_file)
                 for k, v in (("object_id", oid), ("location", location), ("num_rows", rows.num_rows), ("keys", keys),
                              ("fragments", json.dumps([f.to_json() for f in written]))):
                     out[k].append(v)

@@ -74,8 +74,11 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     so = dict(storage_options) if storage_options else None
     from lancepart.schema_evolution import table_schema
 
-    ds = lance.write_dataset(data, uri, schema=table_schema(schema), mode="create", max_rows_per_file=max_rows_per_file,
-                             storage_options=so, commit_lock=commit_lock(uri, so))
+    target = table_schema(schema)
+    # Lance keeps the schema metadata of the data, not of ``schema=``: the field-id record must
+    # travel with the rows, or the table is read by the names of the oldest schema
+    ds = lance.write_dataset(data.replace_schema_metadata(target.metadata), uri, schema=target, mode="create",
+                             max_rows_per_file=max_rows_per_file, storage_options=so, commit_lock=commit_lock(uri, so))
     return [f.metadata for f in ds.get_fragments()], ds.version
 
 
@@ -135,15 +138,11 @@ def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Se
 
     def move(item: tuple[TableWrite, object]) -> list[FragmentMetadata]:
         w, ref = item
-        from lancepart.schema_evolution import ensure_current, rows_as
+        from lancepart.schema_evolution import append_fragments
 
         ours = lance.dataset(join_uri(manifest.root, w.location), version=w.created, storage_options=so)
-        rows, target = ours.to_table().select(schema.names).cast(schema), schema
-        now = ensure_current(manifest, ref.object_id, ref.location, schema)  # an older table: its schema first
-        if not now.equals(schema, check_metadata=True):
-            rows, target = rows_as(rows, schema, now), now
-        return lance.fragment.write_fragments(rows, join_uri(manifest.root, ref.location),
-                                              schema=target, storage_options=so)
+        rows = ours.to_table().select(schema.names).cast(schema)
+        return append_fragments(manifest, ref.object_id, ref.location, rows, schema, published=ref.read_version)
 
     items = list(zip(writes, res.tables, strict=True))
     for (w, ref), frags in zip(items, map_threads(move, items), strict=True):

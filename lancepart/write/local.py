@@ -14,16 +14,14 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import lance
 import pyarrow as pa
 
 from lancepart import ids as _ids
 from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError
-from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import ensure_current, rows_as, upgrade_tables
+from lancepart.schema_evolution import append_fragments, upgrade_tables
 from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
@@ -129,11 +127,14 @@ def _write_local(
             retries += res.retries
             for i, ref in zip(unseen, res.tables, strict=True):
                 writes[oids[i]] = (TableWrite(oids[i], _ids.table_location(oids[i]), keys=groups.keys.slice(i, 1))
-                                   if ref is None else TableWrite(ref.object_id, ref.location))
+                                   if ref is None else TableWrite(ref.object_id, ref.location,
+                                                                  published=ref.read_version))
             # existing tables in an older form of the schema: brought up to date in one commit
             # (after a schema change; nothing is opened before one)
-            upgrade_tables(manifest, [(ref.object_id, ref.location) for ref in res.tables if ref is not None],
-                           max_retries=max_retries)
+            upgraded = upgrade_tables(manifest, [(ref.object_id, ref.location) for ref in res.tables
+                                                 if ref is not None], max_retries=max_retries)
+            for w in (writes[oids[i]] for i in unseen):
+                w.published = upgraded.get(w.object_id, w.published)
         phases["reserve_s"] = phases.get("reserve_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_reserve")
 
@@ -144,11 +145,8 @@ def _write_local(
             elif w.keys is not None:
                 frags = write_new_fragments(rows, manifest.root, w.location, schema, max_rows_per_file, so)
             else:
-                now = ensure_current(manifest, w.object_id, w.location, schema)  # an older table: its schema first
-                if not now.equals(schema, check_metadata=True):  # the namespace schema changed since this write read it
-                    rows = rows_as(rows, schema, now)
-                frags = lance.fragment.write_fragments(rows, join_uri(manifest.root, w.location),
-                                                       max_rows_per_file=max_rows_per_file, storage_options=so)
+                frags = append_fragments(manifest, w.object_id, w.location, rows, schema, published=w.published,
+                                         max_rows_per_file=max_rows_per_file)
             faults.checkpoint("after_fragments")
             return frags
 

@@ -72,6 +72,7 @@ from lancepart.manifest import (
 )
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.schema_evolution import append_fragments
 from lancepart.write import batches, faults
 from lancepart.write.create import NewTables, create_table_with
 from lancepart.write.guard import check_files_present, commit_on_published
@@ -184,16 +185,16 @@ def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Tab
     res = reserve_partitions(manifest, ns_spec, list(groups.key_arrays), schema, max_retries=max_retries,
                              create_missing=False)
     writes = [TableWrite(oid, _ids.table_location(oid), keys=groups.keys.slice(i, 1)) if ref is None
-              else TableWrite(ref.object_id, ref.location) for i, (oid, ref) in enumerate(zip(oids, res.tables,
-                                                                                          strict=True))]
+              else TableWrite(ref.object_id, ref.location, published=ref.read_version)
+              for i, (oid, ref) in enumerate(zip(oids, res.tables, strict=True))]
 
     def one(item: tuple[TableWrite, pa.Table]) -> list[FragmentMetadata]:
         w, part = item
         if w.keys is not None:
             frags, w.created = create_table_with(part, manifest.root, w.location, schema, max_rows_per_file, so)
         else:
-            frags = lance.fragment.write_fragments(part, join_uri(manifest.root, w.location),
-                                                   max_rows_per_file=max_rows_per_file, storage_options=so)
+            frags = append_fragments(manifest, w.object_id, w.location, part, schema, published=w.published,
+                                     max_rows_per_file=max_rows_per_file)
         faults.checkpoint("after_fragments")
         return frags
 
@@ -387,6 +388,23 @@ def _show(table: pa.Table, i: int, columns: Sequence[str]) -> str:
     return ", ".join(f"{c}={v!r}" for c, v in row.items())
 
 
+def key_values(col: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A key column as a merge compares it, which is how filters (DataFusion's ``=``) compare:
+    -0.0 is 0.0 (adding +0.0 turns -0.0 into 0.0 and keeps every other value), and a NaN equals
+    every NaN (Arrow's hash lookups and joins already treat NaNs so)."""
+    if pa.types.is_floating(col.type):
+        return pc.add(col, pa.scalar(0, col.type))
+    return col
+
+
+def comparable_keys(table: pa.Table, on: Sequence[str]) -> pa.Table:
+    """``table`` with its key columns ``on`` as :func:`key_values` compares them."""
+    for c in on:
+        i = table.schema.get_field_index(c)
+        table = table.set_column(i, table.schema.field(i), key_values(table.column(i)))
+    return table
+
+
 def check_keys(rows: pa.Table, on: Sequence[str]) -> None:
     """Refuse NULL keys and keys present twice in ``rows`` (typed, naming one key)."""
     for c in on:
@@ -395,7 +413,7 @@ def check_keys(rows: pa.Table, on: Sequence[str]) -> None:
             raise InvalidArgumentError(f"merge key column {c!r} is NULL in {nulls} input row(s) (first at row "
                                        f"{pc.index(pc.is_null(rows.column(c)), True).as_py()}); a NULL key matches "
                                        f"nothing; nothing was published")
-    counts = rows.select(list(on)).group_by(list(on)).aggregate([([], "count_all")])
+    counts = comparable_keys(rows.select(list(on)), on).group_by(list(on)).aggregate([([], "count_all")])
     dup = counts.filter(pc.greater(counts.column("count_all"), 1))
     if dup.num_rows:
         raise DuplicateKeyError(f"merge input holds {dup.num_rows} key(s) of {list(on)} more than once, e.g. "
@@ -409,13 +427,12 @@ def match_table(ds: lance.LanceDataset, keys: pa.Table, on: Sequence[str], schem
     key columns are read; the match is a set lookup (one column) or an Arrow hash join."""
     empty = pa.table({**{c: pa.array([], schema.field(c).type) for c in on}, _ADDR: pa.array([], pa.uint64()),
                       _ROW: pa.array([], pa.int64())})
-    if any(c not in ds.schema.names for c in on):  # a key column added after this table was written: NULL
-        return empty
-    published = ds.to_table(columns=list(on), with_row_address=True)
+    from lancepart.schema_evolution import read_columns
+
+    # by field id: the table may be in an older form of the schema (a key renamed or widened since)
+    published = comparable_keys(read_columns(ds, schema, on, with_row_address=True), on)
     if not published.num_rows:
         return empty
-    published = pa.table({**{c: published.column(c).cast(schema.field(c).type) for c in on},
-                          _ADDR: published.column(_ADDR)})
     if len(on) == 1:  # one column: a set lookup, then the input row numbers by index_in
         hit = published.filter(pc.fill_null(pc.is_in(published.column(on[0]), value_set=keys.column(on[0])), False))
         rownum = pc.take(keys.column(_ROW), pc.index_in(hit.column(on[0]), value_set=keys.column(on[0])))
@@ -471,7 +488,8 @@ class MergePlan:
 
     def __init__(self, keys: pa.Table, on: Sequence[str], when_matched: str, when_not_matched: str,
                  match_tables: MatchTables, rows: pa.Table | None = None) -> None:
-        self.keys = keys.select(list(on)).append_column(_ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        self.keys = comparable_keys(keys.select(list(on)), on).append_column(
+            _ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
         self.on, self.when_matched, self.when_not_matched = list(on), when_matched, when_not_matched
         self.match_tables, self.rows = match_tables, rows
         self.cache: dict[tuple[str, int], tuple[Deletions, np.ndarray]] = {}
@@ -517,8 +535,11 @@ def merge(ns: PartitionedNamespace, data: Any, on: Sequence[str], when_matched: 
 
     >>> # merge(ns, changes, on=["id"]).details["rows_updated"]
     """
+    from lancepart.schema_evolution import with_legacy_ids
+
     ns.refresh()
     schema, manifest = ns.schema, ns.manifest
+    read_schema = with_legacy_ids(schema, ns.snapshot().metadata)  # places the columns of the oldest tables
     names = data.schema.names if isinstance(data, pa.Table | pa.RecordBatch) else None
     on = check_merge_args(schema, on, when_matched, when_not_matched, names)
     rows = _read_input(data, schema)
@@ -528,7 +549,7 @@ def merge(ns: PartitionedNamespace, data: Any, on: Sequence[str], when_matched: 
                      ) -> list[tuple[Deletions, np.ndarray]]:
         def one(t: tuple[str, str, int]) -> tuple[Deletions, np.ndarray]:
             return commit_on_published(manifest, snapshot_version, t[0], t[1], t[2], lambda: merge_in_table(
-                manifest.root, t[0], t[1], t[2], plan.keys, on, schema, manifest.storage_options,
+                manifest.root, t[0], t[1], t[2], plan.keys, on, read_schema, manifest.storage_options,
                 when_matched == "update"))
 
         return map_threads(one, list(todo))
@@ -584,8 +605,11 @@ def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: 
     if not isinstance(where, str) or not where.strip():
         raise InvalidFilterError("where must be a SQL boolean expression over the namespace's columns "
                                  "(to replace every row say so: where='TRUE')")
+    from lancepart.schema_evolution import with_legacy_ids
+
     ns.refresh()
     schema, specs, manifest = ns.schema, ns.specs, ns.manifest
+    read_schema = with_legacy_ids(schema, ns.snapshot().metadata)  # places the columns of the oldest tables
     rows = None
     if written is None:
         rows = _read_input(data, schema)
@@ -618,7 +642,7 @@ def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: 
                 frags = ds.get_fragments()
                 d = Deletions(oid, loc, v, [], [f.fragment_id for f in frags], sum(f.count_rows() for f in frags))
             else:
-                addr = matching_addresses(ds, schema, where, scan.get("filter"))
+                addr = matching_addresses(ds, read_schema, where, scan.get("filter"))
                 updated, removed = deletion_files(ds, addr) if len(addr) else ([], [])
                 d = Deletions(oid, loc, v, updated, removed, len(addr))
             cache[(oid, v)] = d

@@ -66,6 +66,7 @@ class TableWrite:
     rows: int = 0
     keys: pa.Table | None = None
     created: int | None = None
+    published: int | None = None  # the table's read_version its fragments were written against
 
 
 def already_published(manifest: Manifest, snap: ManifestSnapshot, batch_id: str, started: float

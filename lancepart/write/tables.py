@@ -34,6 +34,19 @@ def _ident(frag: FragmentMetadata) -> Ident:
     return frozenset(f.path for f in frag.files), None if df is None else (df.read_version, df.id)
 
 
+def rows_held(ds: lance.LanceDataset) -> dict[int, tuple[int | None, tuple[int, int] | None]]:
+    """Which rows a table version holds, whatever its columns: per fragment id, its physical row
+    count and its deletion file. A schema change (columns dropped, altered, added) keeps it; an
+    append, a delete, a merge or a compaction changes it. Fragment ids alone would miss a
+    concurrent delete, which changes only deletion files."""
+    out = {}
+    for f in ds.get_fragments():
+        m = f.metadata
+        df = m.deletion_file
+        out[f.fragment_id] = (m.physical_rows, None if df is None else (df.read_version, df.id))
+    return out
+
+
 def commit_table(
     root: str,
     location: str,

@@ -1,0 +1,256 @@
+"""Where two features meet (issue 21): a schema change beside a delete, a merge or replace-where
+after a schema change, merge keys that filters call equal.
+
+Spec partitioning.md "Schema" (field ids stable across partition tables, so a table written
+under an older form of the schema is read by field id), "Transaction / Commit Behavior" (a
+publish moves ``read_version`` to a version holding exactly the published rows plus its own
+change). Every check reads what ``__manifest`` publishes with plain pylance: each partition table
+at its ``read_version``, its columns placed by the field-id record the table carries.
+"""
+
+from __future__ import annotations
+
+import json
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from lancepart import schema_evolution
+from lancepart.errors import DuplicateKeyError
+from lancepart.manifest import join_uri
+from lancepart.sample import demo_events
+from lancepart.spec import field_id_of
+from tests.conftest import create_events_ns, manifest_version
+
+
+def published(root: str) -> pa.Table:
+    """Every published row in the namespace schema, read with plain pylance: each partition
+    table at its read_version, its columns matched to the namespace schema by field id."""
+    man = lance.dataset(join_uri(root, "__manifest"))
+    md = man.metadata
+    fields = json.loads(md["schema"])["fields"]
+    names = {int(f["metadata"]["lance:field_id"]): f["name"] for f in fields}
+    legacy = json.loads(md.get("lancepart.legacy_field_ids", "{}"))
+    parts = []
+    for r in man.to_table().to_pylist():
+        if r["object_type"] != "table" or r["read_version"] is None or "$" not in r["object_id"]:
+            continue
+        t = lance.dataset(join_uri(root, r["location"]), version=r["read_version"]).to_table()
+        raw = (t.schema.metadata or {}).get(b"lancepart.field_ids")
+        ids = json.loads(raw) if raw is not None else (legacy or {n: i for i, n in names.items()})
+        by_id = {int(ids[n]): n for n in t.column_names if n in ids}
+        parts.append(pa.table({name: t.column(by_id[fid]) if fid in by_id else pa.nulls(t.num_rows)
+                               for fid, name in names.items()}))
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def rows_by_id(t: pa.Table) -> dict[int, dict]:
+    out: dict[int, dict] = {}
+    for r in t.to_pylist():
+        assert r["id"] not in out, f"id {r['id']} published twice"
+        out[r["id"]] = r
+    return out
+
+
+def ids_of(t: pa.Table) -> list[int]:
+    return sorted(t.column("id").to_pylist())
+
+
+# ------------------------------------------------------------------ 1. a schema upgrade and a delete
+def test_a_schema_upgrade_never_publishes_a_concurrent_delete(root, monkeypatch):
+    """A write after update_schema brings the old table up to date on its published version. A
+    delete that commits its table version just then (and will fail to publish) must not be
+    published by the upgrade: the upgrade checks that its version holds exactly the published
+    rows, deletion files included, not only the same fragment ids."""
+    ns = create_events_ns(root)
+    old = demo_events(200, seed=1, start_id=0, days=1)
+    ns.write(old)
+    ns.update_schema(add=[pa.field("score", pa.float64())])
+    real = schema_evolution._evolve_table
+    fired: list[str] = []
+
+    def delete_first(uri, so, md, schema):  # a rival's table commit lands inside the upgrade's window
+        if not fired:
+            fired.append(uri)
+            lance.dataset(uri).delete("id < 20")
+        return real(uri, so, md, schema)
+
+    monkeypatch.setattr(schema_evolution, "_evolve_table", delete_first)
+    new = demo_events(50, seed=2, start_id=1_000, days=1)
+    ns.write(new)
+    assert fired, "the write did not upgrade an old table"
+    assert ids_of(published(root)) == ids_of(old) + ids_of(new)
+    assert ids_of(ns.to_table()) == ids_of(old) + ids_of(new)
+    assert ns.verify().ok
+
+
+# ------------------------------------------------------------------ 3. merge / replace-where after a change
+CHANGES = {
+    "add": dict(add=[pa.field("score", pa.float64())]),
+    "rename": dict(rename={"amount": "total"}),
+    "drop": dict(drop=["amount"]),
+}
+
+
+def _old_rows(ns, kind: str, n: int, **kw) -> pa.Table:
+    """Rows written before the change; for ``widen`` the tables get an int32 column first."""
+    rows = demo_events(n, **kw)
+    if kind == "widen":
+        ns.update_schema(add=[pa.field("small", pa.int32())])
+        rows = rows.append_column("small", pa.array(range(n), pa.int32()))
+    ns.write(rows)
+    return rows
+
+
+def _change(ns, kind: str) -> None:
+    if kind == "widen":  # the old tables hold it as int32
+        ns.update_schema(widen={"small": pa.int64()})
+    else:
+        ns.update_schema(**CHANGES[kind])
+
+
+def _as_schema(rows: pa.Table, schema: pa.Schema, kind: str) -> pa.Table:
+    """Demo event rows in ``schema``, the namespace schema after the change ``kind``."""
+    if kind == "rename":
+        rows = rows.rename_columns(["total" if n == "amount" else n for n in rows.column_names])
+    return pa.table({f.name: rows.column(f.name).cast(f.type) if f.name in rows.column_names
+                     else pa.nulls(rows.num_rows, f.type) for f in schema})
+
+
+@pytest.mark.parametrize("kind", ["add", "rename", "widen", "drop"])
+def test_merge_after_a_schema_change(root, kind):
+    """ns.merge updates rows of tables written under the older schema and inserts new ones;
+    the published rows equal the oracle (the merged rows replace the old ones, nothing else moves)."""
+    ns = create_events_ns(root)
+    old = _old_rows(ns, kind, 300, seed=1, start_id=0, days=2)
+    _change(ns, kind)
+    schema = ns.schema
+    base = _as_schema(old, schema, kind)
+    upd = base.slice(0, 40)
+    upd = upd.set_column(upd.schema.get_field_index("user_id"), schema.field("user_id"),
+                         pc.add(upd.column("user_id"), 7))  # moves rows to other buckets
+    ins = _as_schema(demo_events(20, seed=3, start_id=5_000, days=2), schema, kind)
+    r = ns.merge(pa.concat_tables([upd, ins]), on=["id"])
+    assert (r.details["rows_updated"], r.details["rows_inserted"]) == (40, 20)
+    expected = rows_by_id(pa.concat_tables([base.slice(40), upd, ins]))
+    assert rows_by_id(published(root)) == expected
+    assert rows_by_id(ns.to_table()) == expected
+    assert ns.verify().ok
+
+
+@pytest.mark.parametrize("kind", ["add", "rename", "widen"])
+def test_replace_where_after_a_schema_change(root, kind):
+    ns = create_events_ns(root)
+    old = _old_rows(ns, kind, 300, seed=1, start_id=0, days=2)
+    _change(ns, kind)
+    schema = ns.schema
+    day = old.column("event_date")[0].as_py()
+    where = f"event_date = DATE '{day}'"
+    repl = _as_schema(demo_events(30, seed=4, start_id=9_000, days=1), schema, kind)
+    repl = repl.set_column(1, schema.field(1), pa.array([day] * repl.num_rows, pa.date32()))
+    r = ns.write(repl, mode="overwrite", where=where)
+    kept = old.filter(pc.not_equal(old.column("event_date"), pa.scalar(day, pa.date32())))
+    assert r.details["rows_deleted"] == old.num_rows - kept.num_rows
+    assert ids_of(published(root)) == ids_of(kept) + ids_of(repl)
+    assert ns.verify().ok
+
+
+def test_a_renamed_key_still_matches_rows_of_old_tables(root):
+    """Merge reads the key of a table written before a rename under its old name (by field
+    id): the key is updated, never inserted a second time."""
+    ns = create_events_ns(root)
+    old = demo_events(100, seed=1, start_id=0, days=1)
+    ns.write(old)
+    ns.update_schema(rename={"id": "event_id"})
+    upd = ns.to_table().slice(0, 10)
+    r = ns.merge(upd, on=["event_id"])
+    assert (r.details["rows_updated"], r.details["rows_inserted"]) == (10, 0)
+    assert sorted(published(root).column("event_id").to_pylist()) == ids_of(old)
+
+
+def test_delete_by_a_renamed_column_finds_rows_of_old_tables(root):
+    ns = create_events_ns(root)
+    old = demo_events(200, seed=1, start_id=0, days=2)
+    ns.write(old)
+    ns.update_schema(rename={"user_id": "uid"})
+    uid = old.column("user_id")[0].as_py()
+    r = ns.delete(f"uid = {uid}")
+    gone = old.filter(pc.equal(old.column("user_id"), uid))
+    assert r.details["rows_deleted"] == gone.num_rows > 0
+    assert ids_of(published(root)) == sorted(set(ids_of(old)) - set(ids_of(gone)))
+
+
+def test_a_column_added_under_a_dropped_name_is_not_the_old_one(root):
+    """Drop then add under the same name: a new field id. Rows of old tables hold the dropped
+    column's values under that name; a delete by the new column must see them as NULL."""
+    ns = create_events_ns(root)
+    old = demo_events(100, seed=1, start_id=0, days=1)
+    ns.write(old)
+    ns.update_schema(drop=["amount"])
+    ns.update_schema(add=[pa.field("amount", pa.float64())])
+    before = manifest_version(root)
+    r = ns.delete("amount IS NOT NULL")
+    assert r.details["rows_deleted"] == 0
+    assert ids_of(published(root)) == ids_of(old)
+    assert manifest_version(root) == before
+
+
+# ------------------------------------------------------------------ 2. -0.0 and 0.0, NaN
+def _float_ns(root):
+    from lancepart import PartitionedNamespace
+
+    schema = pa.schema([pa.field("f", pa.float64()), pa.field("g", pa.utf8()), pa.field("v", pa.int64())])
+    spec = {"id": 1, "fields": [{"field_id": "g", "source_ids": [1], "transform": {"type": "identity"},
+                                 "result_type": {"type": "utf8"}}]}
+    return PartitionedNamespace.create(root, schema, spec)
+
+
+@pytest.mark.parametrize("on", [["f"], ["f", "g"]])
+def test_minus_zero_and_zero_are_one_merge_key(root, on):
+    """Keys compare as filters do (DataFusion: -0.0 = 0.0, NaN = NaN): merging -0.0 where 0.0
+    is published updates that row; merging NaN where NaN is published updates it."""
+    ns = _float_ns(root)
+    ns.write(pa.table({"f": [0.0, float("nan"), 1.5], "g": ["a", "a", "a"], "v": [1, 2, 3]}))
+    r = ns.merge(pa.table({"f": [-0.0, float("nan")], "g": ["a", "a"], "v": [10, 20]}), on=on)
+    assert (r.details["rows_updated"], r.details["rows_inserted"]) == (2, 0)
+    got = published(root)
+    assert sorted(got.column("v").to_pylist()) == [3, 10, 20]
+    assert ns.to_table("f = 0").column("v").to_pylist() == [10]
+
+
+def test_an_input_holding_zero_and_minus_zero_is_a_duplicate_key(root):
+    ns = _float_ns(root)
+    ns.write(pa.table({"f": [1.0], "g": ["a"], "v": [1]}))
+    before = manifest_version(root)
+    for keys in ([0.0, -0.0], [float("nan"), float("nan")]):
+        with pytest.raises(DuplicateKeyError):
+            ns.merge(pa.table({"f": keys, "g": ["a", "a"], "v": [1, 2]}), on=["f"])
+    assert manifest_version(root) == before
+
+
+def test_field_ids_of_the_checked_schema(root):
+    """The helper above places columns by field id, as the spec asks (a sanity check of the oracle)."""
+    ns = create_events_ns(root)
+    ns.write(demo_events(10, seed=1))
+    ns.update_schema(rename={"amount": "total"})
+    got = published(root)
+    assert got.column_names == ns.schema.names
+    assert {f.name: field_id_of(f) for f in ns.schema}["total"] == 5
+
+
+def test_a_partition_created_after_a_column_was_added_keeps_its_values(root):
+    """A new partition table created by a write after update_schema(add) records its columns'
+    field ids; without that record it is read by the names of the schema before the first
+    change, and the added column reads as NULL although its values are on disk."""
+    ns = create_events_ns(root)
+    ns.write(demo_events(20, seed=1, days=1))
+    ns.update_schema(add=[pa.field("small", pa.int32())])
+    rows = demo_events(30, seed=2, start_id=100, days=3)  # days 2 and 3: new partitions
+    rows = rows.append_column("small", pa.array(range(30), pa.int32()))
+    ns.write(rows)
+    got = {r["id"]: r["small"] for r in published(root).to_pylist() if r["id"] >= 100}
+    assert got == dict(zip(rows.column("id").to_pylist(), range(30), strict=True))
+    t = ns.to_table("id >= 100")
+    assert sorted(t.column("small").to_pylist()) == list(range(30))
