@@ -37,7 +37,7 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation
 
-from lancepart.errors import CommitConflictError, InvalidArgumentError, SchemaMismatchError
+from lancepart.errors import CommitConflictError, InvalidArgumentError, SchemaChangedError, SchemaMismatchError
 from lancepart.manifest import OPERATION_PROPERTY, LanceCommitConflictError, Manifest, backoff
 from lancepart.results import CommitResult
 from lancepart.spec import (
@@ -330,7 +330,7 @@ def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa
     to date first (:func:`upgrade_table`, published at once), and when the namespace schema changed
     after the caller read it, the rows are converted to the newer one (:func:`rows_as`: every
     change keeps rows of an older form convertible). A concurrent schema change that lands between
-    is met again on the next attempt; after ``max_attempts``, a :class:`SchemaMismatchError`
+    is met again on the next attempt; after ``max_attempts``, a :class:`SchemaChangedError`
     (retryable: nothing was committed).
 
     >>> # append_fragments(manifest, oid, "3f9a0c1e_v1$...$dataset", rows, ns.schema, published=4)
@@ -358,7 +358,7 @@ def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa
             last = e  # the table's schema moved under us (an upgrade published meanwhile): look again
             published = None
             backoff(attempt, 0.01, 0.5)
-    raise SchemaMismatchError(f"partition table {location}: its schema kept changing while rows were written into "
+    raise SchemaChangedError(f"partition table {location}: its schema kept changing while rows were written into "
                               f"it ({max_attempts} attempts; last: {last}); nothing was committed: run it again")
 
 

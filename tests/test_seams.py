@@ -11,6 +11,7 @@ at its ``read_version``, its columns placed by the field-id record the table car
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import lance
 import pyarrow as pa
@@ -254,3 +255,50 @@ def test_a_partition_created_after_a_column_was_added_keeps_its_values(root):
     assert got == dict(zip(rows.column("id").to_pylist(), range(30), strict=True))
     t = ns.to_table("id >= 100")
     assert sorted(t.column("small").to_pylist()) == list(range(30))
+
+
+# ------------------------------------------------------------------ 1 and 4 under a real mixed load
+def test_mixed_load_beside_schema_changes_loses_nothing_and_raises_only_typed_errors(root, stress):
+    """Writers, a merge loop, a delete loop with few retries (some of its deletes fail) and
+    compaction, beside a schema change (add, widen, rename) every moment, each in its own
+    process. Every error is a typed lancepart error; every row a successful write or merge
+    published is there once, exactly the rows of successful deletes are gone (a failed
+    delete's rows are never published as deleted by someone else's commit), and the merged
+    amounts are the last successful merge's."""
+    import subprocess
+    import sys
+
+    from tests.procs import child_env
+
+    ns = create_events_ns(root)
+    initial = demo_events(200, seed=1, start_id=0, days=2)
+    ns.write(initial)
+    seconds = 60 if stress else 12
+    roles = [("schema", 1), ("write", 2), ("write", 3), ("merge", 4), ("delete", 5), ("compact", 6)]
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).parent / "mixed_proc.py"), root, role,
+                               str(seconds), str(seed)], env=child_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for role, seed in roles]
+    ops = []
+    for p in procs:
+        out, err = p.communicate(timeout=seconds + 300)
+        assert p.returncode == 0, err[-3000:]
+        ops += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    raw = [o for o in ops if o.get("raw")]
+    assert not raw, raw[:3]
+    ok = [o for o in ops if o["ok"]]
+    print({role: (sum(1 for o in ok if o["role"] == role), sum(1 for o in ops if o["role"] == role))
+           for role, _ in roles})
+    expected = set(initial.column("id").to_pylist())
+    for o in ok:
+        if "ids" in o:
+            expected |= set(range(*o["ids"]))
+        expected -= set(o.get("deleted", []))
+    got = published(root)
+    assert sorted(got.column("id").to_pylist()) == sorted(expected)
+    merges = [o for o in ok if o["role"] == "merge"]
+    if merges:
+        last = {k: float(o["i"]) for o in merges for k in o["updated"]}
+        amounts = {r["id"]: r["amount"] for r in got.to_pylist() if r["id"] in last}
+        assert amounts == last
+    ns.refresh()
+    assert ns.verify().ok, ns.verify().problems[:3]

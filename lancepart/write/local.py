@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from lancepart import ids as _ids
 from lancepart.error_mapping import storage_errors
-from lancepart.errors import InvalidArgumentError
+from lancepart.errors import InvalidArgumentError, SchemaChangedError
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import append_fragments, upgrade_tables
@@ -54,12 +54,27 @@ def _chunks(reader: pa.RecordBatchReader, chunk_rows: int) -> Iterator[pa.Table]
         yield pa.Table.from_batches(pending, schema=reader.schema)
 
 
+SCHEMA_ATTEMPTS = 3
+
+
 def write_local(*args, **kwargs) -> CommitResult:
     """:func:`_write_local` with storage errors typed: a full disk, a refused directory or a root
-    that is a file name the namespace root (:mod:`lancepart.error_mapping`)."""
+    that is a file name the namespace root (:mod:`lancepart.error_mapping`). A table in memory
+    whose write met a concurrent schema change (:class:`SchemaChangedError`: nothing was
+    committed) is written again on the new schema; a stream cannot be replayed: the error reaches
+    the caller."""
     ns = args[0] if args else kwargs["ns"]
-    with storage_errors(ns.root):
-        return _write_local(*args, **kwargs)
+    data = args[1] if len(args) > 1 else kwargs.get("data")
+    for attempt in range(SCHEMA_ATTEMPTS):
+        try:
+            with storage_errors(ns.root):
+                return _write_local(*args, **kwargs)
+        except SchemaChangedError as e:
+            if not isinstance(data, pa.Table | pa.RecordBatch) or attempt == SCHEMA_ATTEMPTS - 1:
+                raise
+            log.info("write to %s met a concurrent schema change (%s); writing again", ns.root, e)
+            ns.refresh()
+    raise AssertionError("unreachable")
 
 
 def _write_local(

@@ -55,6 +55,7 @@ from lancepart.errors import (
     LancepartError,
     PartitionPinnedError,
     RowsOutsideFilterError,
+    SchemaChangedError,
 )
 from lancepart.ids import check_location
 from lancepart.index import declarations
@@ -79,7 +80,7 @@ from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
 from lancepart.write.publish import TableWrite, already_published, index_or_warn, keep_indexes
 from lancepart.write.reserve import remove_table_dir, reserve_partitions
-from lancepart.write.tables import _ident, commit_exactly
+from lancepart.write.tables import _ident, check_fields, commit_exactly
 
 if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
@@ -134,8 +135,9 @@ def commit_change(uri: str, base_version: int | None, updated: Sequence[Fragment
     >>> # commit_change(uri, 4, [frag_with_deletions], [7], new_frags)   # -> 5
     """
     so = dict(storage_options) if storage_options else None
-    base = {_ident(f.metadata): f.fragment_id for f in lance.dataset(uri, version=base_version,
-                                                                      storage_options=so).get_fragments()}
+    published = lance.dataset(uri, version=base_version, storage_options=so)
+    check_fields(published, new_fragments, uri)  # written under the schema of this version
+    base = {_ident(f.metadata): f.fragment_id for f in published.get_fragments()}
     changed = {f.id for f in updated} | set(removed_ids)
     mine = {_ident(f) for f in new_fragments}
     wanted = ({ident for ident, fid in base.items() if fid not in changed} | {_ident(f) for f in updated} | mine)
@@ -241,14 +243,17 @@ def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot]
         evaluate_s = time.monotonic() - t
         faults.checkpoint("after_plan")
         t = time.monotonic()
-        writes, reserve_retries = (write(ev, snap) if write is not None else
-                                   write_rows(manifest, spec, schema, ev.rows, max_rows_per_file, max_retries))
-        write_s = time.monotonic() - t
-        retries += reserve_retries
+        writes: list[TableWrite] = []
         try:
+            writes, reserve_retries = (write(ev, snap) if write is not None else
+                                       write_rows(manifest, spec, schema, ev.rows, max_rows_per_file, max_retries))
+            write_s = time.monotonic() - t
+            retries += reserve_retries
             snap2, outcome, commit_retries = _publish(manifest, spec, schema, ev, writes, candidates, what=what,
                                                       batch_id=batch_id, max_retries=max_retries)
-        except _Stale as e:
+        except (_Stale, SchemaChangedError) as e:  # a schema change: the rows are converted on the next attempt
+            if fixed_writes and isinstance(e, SchemaChangedError):
+                raise  # rows written once, before the change (the data source's tasks): the caller writes again
             for w in [] if fixed_writes else writes:  # tables this attempt created: referenced by nothing
                 if w.created is not None:
                     remove_table_dir(manifest.root, w.location, manifest.storage_options)

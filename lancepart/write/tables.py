@@ -22,7 +22,7 @@ import lance
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
-from lancepart.errors import CommitConflictError, FragmentsGoneError, SchemaMismatchError
+from lancepart.errors import CommitConflictError, FragmentsGoneError, SchemaChangedError
 from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
@@ -103,13 +103,13 @@ def _lance_field_ids(fields) -> set[int]:
 
 
 def check_fields(published: lance.LanceDataset, fragments: Sequence[FragmentMetadata], location: str) -> None:
-    """:class:`SchemaMismatchError` when ``fragments`` hold columns the table's published version
+    """:class:`SchemaChangedError` when ``fragments`` hold columns the table's published version
     does not have (its schema changed after they were written: a widened column is a new Lance
     field, and their values would read as NULL). Nothing is committed; the write is rerun."""
     known = _lance_field_ids(published.lance_schema.fields())
     stray = {fid for f in fragments for df in f.files for fid in df.fields if fid >= 0} - known
     if stray:
-        raise SchemaMismatchError(
+        raise SchemaChangedError(
             f"partition table {location}: its schema changed (version {published.version}) after this write's "
             f"fragments were written (Lance field ids {sorted(stray)} are gone); nothing was committed: run the "
             f"write again")
