@@ -302,3 +302,29 @@ def test_mixed_load_beside_schema_changes_loses_nothing_and_raises_only_typed_er
         assert amounts == last
     ns.refresh()
     assert ns.verify().ok, ns.verify().problems[:3]
+
+
+# ------------------------------------------------------------------ 9. a filter is an expression
+@pytest.mark.parametrize("where", ["TRUE UNION SELECT * FROM t", "country = 'FR') OR (TRUE",
+                                   "TRUE; SELECT 1", "TRUE ORDER BY id LIMIT 1"])
+def test_a_filter_is_parsed_as_one_expression_never_spliced_into_sql(root, where):
+    """replace-where and delete evaluate the caller's filter text as one expression; text that
+    would change the query around it is refused with a typed error, on an empty namespace and on
+    a written one, and nothing is published."""
+    from lancepart.errors import InvalidFilterError, LancepartError
+    from lancepart.read.snapshot import apply_filter
+
+    rows = demo_events(10, seed=1, days=1)
+    with pytest.raises(LancepartError):
+        apply_filter(rows, where)
+    ns = create_events_ns(root)
+    for attempt in range(2):
+        before = manifest_version(root)
+        with pytest.raises(InvalidFilterError):
+            ns.write(rows, mode="overwrite", where=where)
+        with pytest.raises(InvalidFilterError):
+            ns.delete(where)
+        assert manifest_version(root) == before
+        if attempt == 0:
+            ns.write(demo_events(50, seed=2, days=1))
+    assert ns.to_table().num_rows == 50

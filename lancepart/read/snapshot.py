@@ -86,14 +86,16 @@ def scan_table(ds: lance.LanceDataset, columns: Sequence[str] | None, scan_filte
 
 
 def apply_filter(table: pa.Table, filter: str) -> pa.Table:
-    """The rows of ``table`` for which ``filter`` is TRUE, evaluated by DataFusion (row order kept)."""
+    """The rows of ``table`` for which ``filter`` is TRUE, evaluated by DataFusion (row order kept).
+    The filter is parsed as one expression over the table's columns, never spliced into a query:
+    text that is not a single expression (``TRUE UNION SELECT ...``, ``a) OR (b``) is refused."""
     from lancepart.datafusion import register_udfs
 
     ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
     register_udfs(ctx)
     ctx.register_record_batches("t", [table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]])
     try:
-        out = ctx.sql(f"SELECT * FROM t WHERE {filter}").to_arrow_table()
+        out = ctx.table("t").filter(filter).to_arrow_table()
     except Exception as e:  # DataFusion raises plain Exception
         raise InvalidArgumentError(f"filter {filter!r} failed on the scanned rows (DataFusion: {e})") from None
     return out.cast(table.schema) if out.num_rows else table.schema.empty_table()
