@@ -328,3 +328,45 @@ def test_a_filter_is_parsed_as_one_expression_never_spliced_into_sql(root, where
         if attempt == 0:
             ns.write(demo_events(50, seed=2, days=1))
     assert ns.to_table().num_rows == 50
+
+
+# ------------------------------------------------------------------ 8. rows a foreign writer appended
+def test_verify_reports_rows_a_foreign_writer_appended_beyond_read_version(root):
+    """Plain pylance appends to a partition table: not published, so not read; verify reports
+    them as unpublished_rows (versions, row count). A lancepart job's own unpublished version
+    (killed before its __manifest commit) is not reported. The next lancepart write to that
+    partition leaves the foreign rows out."""
+    import os
+
+    from lancepart.errors import LancepartError
+    from lancepart.write import faults
+
+    ns = create_events_ns(root)
+    ns.write(demo_events(100, seed=1, days=1))
+    assert ns.verify().ok
+    info = ns.partitions()[0]
+    uri = join_uri(root, info.location)
+    published_rows = lance.dataset(uri, version=info.read_version).count_rows()
+    # a lancepart job that dies before publishing: its table versions carry lancepart's mark
+    os.environ[faults.ENV] = "before_manifest_commit:raise"
+    faults._counts.clear()
+    try:
+        with pytest.raises(LancepartError):
+            ns.write(demo_events(100, seed=2, start_id=500, days=1))
+    finally:
+        del os.environ[faults.ENV]
+    assert lance.dataset(uri).version > info.read_version
+    assert ns.verify().ok, ns.verify().problems
+    extra = lance.dataset(uri, version=info.read_version).to_table().slice(0, 3)
+    lance.write_dataset(extra, uri, mode="append")  # a foreign writer
+    report = ns.verify()
+    found = [p for p in report.problems if p.kind == "unpublished_rows"]
+    assert [p.object_id for p in found] == [info.object_id] and not report.ok
+    assert "3 row(s)" in found[0].message
+    assert ns.to_table().num_rows == 100
+    ns.write(demo_events(100, seed=3, start_id=1_000, days=1))
+    ns.refresh()
+    now = {p.object_id: p for p in ns.partitions()}[info.object_id]
+    assert lance.dataset(uri, version=now.read_version).count_rows() >= published_rows
+    assert ns.to_table().num_rows == 200
+    assert sorted(set(ns.to_table().column("id").to_pylist())) == ids_of(ns.to_table())

@@ -251,6 +251,27 @@ def check_rows(info: PartitionInfo, ds: lance.LanceDataset, spec: PartitionSpec 
     return problems, rows
 
 
+def check_unpublished(root: str, info: PartitionInfo, so: Mapping[str, str] | None) -> list[Problem]:
+    """Rows another writer (Lance's directory namespace, plain pylance) appended to the table
+    beyond its ``read_version`` (``unpublished_rows``): lancepart does not read them, its next
+    commit on the table leaves them out, and cleanup deletes their files (docs/foreign-writers.md).
+    lancepart's own unpublished versions (a job that died, one still running) are not reported:
+    its table commits carry :data:`~lancepart.write.tables.TABLE_COMMIT_PROPERTY`."""
+    from lancepart.write.tables import foreign_versions
+
+    latest = lance.dataset(join_uri(root, info.location), storage_options=dict(so) if so else None)
+    if latest.version <= (info.read_version or 0):
+        return []
+    versions, rows = foreign_versions(latest, info.read_version or 0)
+    if not versions:
+        return []
+    return [Problem(info.object_id, info.location, "unpublished_rows",
+                    f"partition table {info.object_id!r}: {rows} row(s) in version(s) {versions} were written by "
+                    f"another writer beyond read_version {info.read_version} and are not published: lancepart "
+                    f"does not read them, its next commit on this table leaves them out and cleanup deletes "
+                    f"their files; to keep them, write them through lancepart (docs/foreign-writers.md)")]
+
+
 def check_indexes(info: PartitionInfo, ds: lance.LanceDataset, decls: Sequence[IndexDeclaration]) -> list[Problem]:
     """A declared index absent from a table with at least its ``min_rows`` rows (kind
     ``index_missing``; docs/indexes.md)."""
@@ -342,6 +363,8 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
                 out.problems += check_table_schema(info, ds.schema, schema, ns.snapshot().metadata)
             if decls and spec is not None and info.read_branch is None and info.read_tag is None:  # pins: as they are
                 out.problems += check_indexes(info, ds, decls)
+            if info.read_branch is None and info.read_tag is None and info.read_version is not None:
+                out.problems += check_unpublished(root, info, ns.storage_options)
             if deep:
                 row_problems, out.rows = check_rows(info, ds, spec, schema, expected, ns.snapshot().metadata)
                 out.problems += row_problems
