@@ -28,7 +28,7 @@ on stderr). A summary goes to stdout, progress and errors to stderr.
 Exit codes, stable for scripts: 0 success (also a skipped, already published batch id);
 1 unexpected error; 2 a lancepart error (bad spec, schema or filter, missing namespace, ...;
 the message names what is wrong); 64 bad usage; 75 a commit kept conflicting with
-concurrent writers (CommitConflictError): nothing was published, run it again;
+concurrent writers (CommitConflictError, a RetryableError): nothing was published, run it again;
 3 the command ran but found problems or had to leave something out (``verify``: problems found;
 ``cleanup``/``compact``: a version, table, file or directory it could not examine or remove, each
 named; the rest was done); 130 interrupted.
@@ -52,9 +52,9 @@ from typing import TYPE_CHECKING, Any
 
 from lancepart import durations
 from lancepart.errors import (
-    CommitConflictError,
     InvalidArgumentError,
     LancepartError,
+    RetryableError,
     SchemaMismatchError,
 )
 from lancepart.redact import redacting_output
@@ -1069,7 +1069,7 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(args, "exit_code", EXIT_OK)
     except UsageError as e:
         return _fail(EXIT_USAGE, "usage", f"{e} (see: {parser.prog} {args.command} --help)", args.json)
-    except CommitConflictError as e:
+    except RetryableError as e:
         return _fail(EXIT_RETRY, type(e).__name__, f"{e} (retryable: run it again)", args.json)
     except LancepartError as e:
         return _fail(EXIT_LANCEPART, type(e).__name__, str(e), args.json)

@@ -36,8 +36,20 @@ class NamespaceExistsError(LancepartError, FileExistsError):
     """A partitioned namespace already exists where one was to be created."""
 
 
-class CommitConflictError(LancepartError):
-    """A __manifest commit kept conflicting with concurrent commits; nothing was published."""
+class RetryableError(LancepartError):
+    """Base of the errors after which the same operation, run again, is expected to succeed:
+    it lost to concurrent commits and published nothing. Catch it to retry (with a backoff);
+    the command line exits 75 for it.
+
+    >>> # try: ns.write(batch, batch_id=b)
+    >>> # except RetryableError: time.sleep(5); ns.refresh().write(batch, batch_id=b)
+    """
+
+
+class CommitConflictError(RetryableError):
+    """A commit kept conflicting with concurrent commits (lancepart's retries, or Lance's own:
+    "Too many concurrent writers"), or what it built on was removed meanwhile; nothing was
+    published."""
 
 
 class ExpectationFailedError(LancepartError):
@@ -105,6 +117,11 @@ class StoragePermissionError(LancepartError, PermissionError):
     """The storage refused access (EACCES / EPERM); the message names the path."""
 
 
+class StorageReadOnlyError(StoragePermissionError):
+    """The storage under the path is read-only (EROFS, a read-only mount or snapshot): reads
+    work, commits cannot be made; the message names the path."""
+
+
 class CorruptTableError(CorruptNamespaceError):
     """A partition table (or one of its data files) cannot be read; the message names the
     table's object_id and location."""
@@ -145,3 +162,4 @@ class AmbiguousMatchError(LancepartError):
 class RowsOutsideFilterError(InvalidArgumentError):
     """A replace-where input (``ns.write(mode="overwrite", where=...)``) has rows for which the
     filter is not TRUE; the message names the filter, how many rows and one of them."""
+

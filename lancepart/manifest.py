@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import random
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,14 +41,19 @@ from lance import LanceOperation
 # loaded, an `except lance.commit.CommitConflictError` clause fails on any other error reaching it.
 from lance.commit import CommitConflictError as LanceCommitConflictError
 
-from lancepart.error_mapping import typed_error
+# the classifiers live in lancepart.error_mapping; imported from here by the commit loops too
+from lancepart.error_mapping import (
+    is_commit_conflict,
+    is_not_found,
+    storage_problem,
+    typed_error,
+)
 from lancepart.errors import (
     CommitConflictError,
     CorruptNamespaceError,
     LancepartError,
     NamespaceNotFoundError,
     SnapshotExpiredError,
-    StorageUnavailableError,
 )
 from lancepart.redact import register as register_secrets
 
@@ -131,47 +135,6 @@ def normalize_root(root: str | os.PathLike[str]) -> str:
 
 def manifest_schema(partition_fields: Sequence[pa.Field] = ()) -> pa.Schema:
     return pa.schema([*STANDARD_FIELDS, *VERSION_FIELDS, *partition_fields])
-
-
-_BUCKET = re.compile(r"<BucketName>([^<]+)</BucketName>")
-_ENDPOINT = re.compile(r"(https?://[^/?\s]+)")
-_STORE_PROBLEMS = (
-    (("NoSuchBucket", "bucket does not exist"), "bucket {bucket} does not exist"),
-    (("error sending request", "Connection refused", "dns error", "connection timed out", "operation timed out"),
-     "the object store endpoint {endpoint} does not answer"),
-    (("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403 Forbidden"),
-     "the object store {endpoint} refused the credentials or the bucket policy denies access"),
-)
-
-
-def storage_problem(e: BaseException, uri: str) -> StorageUnavailableError | None:
-    """A :class:`StorageUnavailableError` naming ``uri`` and what is wrong with its store, if
-    ``e`` (an error from Lance's object store) says the bucket, endpoint or credentials fail;
-    else None. Lance's messages carry the request URL, never the credentials."""
-    text = str(e)
-    for needles, template in _STORE_PROBLEMS:
-        if any(n in text for n in needles):
-            bucket = _BUCKET.search(text)
-            endpoint = _ENDPOINT.search(text)
-            what = template.format(bucket=repr(bucket.group(1)) if bucket else "(named in the root URI)",
-                                   endpoint=endpoint.group(1) if endpoint else "(default AWS endpoint)")
-            return StorageUnavailableError(f"{uri}: {what}")
-    return None
-
-
-def is_commit_conflict(e: BaseException) -> bool:
-    """Whether Lance refused a commit because a concurrent one landed first: its
-    ``CommitConflictError``, or the ``OSError`` it raises for two transactions it cannot rebase
-    over each other (for example two concurrent metadata updates: "Incompatible transaction")."""
-    if isinstance(e, LanceCommitConflictError):
-        return True
-    return isinstance(e, OSError) and any(w in str(e).lower() for w in ("incompatible transaction", "conflict"))
-
-
-def is_not_found(e: BaseException) -> bool:
-    """Whether a Lance or storage error says that a table, version manifest or file does not exist."""
-    text = str(e).lower()
-    return "not found" in text or "does not exist" in text or "no such file" in text
 
 
 def backoff(attempt: int, base_delay: float = 0.05, max_delay: float = 2.0) -> None:
@@ -542,6 +505,8 @@ class Manifest:
         except LanceCommitConflictError as e:
             raise ManifestConflict(str(e)) from e
         except (NamespaceNotFoundError, CorruptNamespaceError, OSError, ValueError) as e:
+            if isinstance(e, OSError) and is_commit_conflict(e):  # Lance gave up its own retries: rebase
+                raise ManifestConflict(str(e)) from e
             if isinstance(e, SnapshotGone) or (not isinstance(e, NamespaceNotFoundError) and not is_not_found(e)):
                 raise
             latest = self.dataset().version  # NamespaceNotFoundError here: the whole __manifest is gone

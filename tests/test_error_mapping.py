@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import lance
+import pyarrow as pa
 import pytest
 
 from lancepart import PartitionedNamespace
@@ -258,3 +259,42 @@ def test_spark_write_to_a_full_file_system_names_the_storage_full_table(small_fs
     # raised on an executor: typed where Spark hands the task's exception back, named in its text otherwise
     assert "StorageFullError" in f"{type(e.value).__name__}: {e.value}" and root in str(e.value)
     assert PartitionedNamespace.open(root).to_table().num_rows == 0
+
+
+# --------------------------------------------------------------------------- one classifier (issue 21 item 5)
+def lance_contention_error(tmp_path) -> OSError:
+    """The error Lance raises when its own conflict retries run out, made for real: an update
+    through a handle read before a concurrent delete of the same fragment, with no retry left."""
+    uri = str(tmp_path / "contended")
+    lance.write_dataset(pa.table({"a": list(range(100)), "b": list(range(100))}), uri)
+    before = lance.dataset(uri)
+    lance.dataset(uri).delete("a < 10")
+    with pytest.raises(OSError) as e:
+        before.update({"b": "b + 1"}, where="a >= 5", conflict_retries=0)
+    return e.value
+
+
+def test_lances_too_many_concurrent_writers_is_a_commit_conflict(tmp_path):
+    """On S3 under contention a write failed with a raw `OSError: Too many concurrent writers`:
+    the error Lance raises when its own retries against concurrent commits run out. Every
+    commit loop asks the one classifier, which calls it a commit conflict: retried."""
+    from lancepart.error_mapping import is_commit_conflict
+
+    e = lance_contention_error(tmp_path)
+    assert "Too many concurrent writers" in str(e)
+    assert is_commit_conflict(e)
+
+
+def test_every_public_error_is_exported_and_conflicts_are_one_retryable_family():
+    """Only 7 of the error types were importable from `lancepart`."""
+    import inspect
+
+    import lancepart
+    from lancepart import errors
+
+    public = {n: c for n, c in vars(errors).items() if inspect.isclass(c) and issubclass(c, errors.LancepartError)}
+    assert len(public) >= 30
+    missing = sorted(n for n, c in public.items() if getattr(lancepart, n, None) is not c or n not in lancepart.__all__)
+    assert not missing, missing
+    assert issubclass(lancepart.CommitConflictError, lancepart.RetryableError)
+    assert issubclass(lancepart.StorageReadOnlyError, lancepart.StoragePermissionError)

@@ -20,7 +20,7 @@ import datafusion
 import lance
 import pyarrow as pa
 
-from lancepart.error_mapping import storage_errors, typed_error
+from lancepart.error_mapping import storage_errors, typed_error, unreadable_file
 from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
 from lancepart.manifest import is_not_found, join_uri
@@ -99,17 +99,6 @@ def apply_filter(table: pa.Table, filter: str) -> pa.Table:
     except Exception as e:  # DataFusion raises plain Exception
         raise InvalidArgumentError(f"filter {filter!r} failed on the scanned rows (DataFusion: {e})") from None
     return out.cast(table.schema) if out.num_rows else table.schema.empty_table()
-
-
-def unreadable_file(ds: lance.LanceDataset, columns: Sequence[str] | None = None) -> str | None:
-    """The data file(s) of the first fragment of ``ds`` that cannot be read, or None: Lance's
-    decoding errors do not say which file they came from (only called once a read failed)."""
-    for frag in ds.get_fragments():
-        try:
-            frag.to_table(columns=list(columns) if columns is not None else None)
-        except (OSError, ValueError):
-            return ", ".join(f"data/{df.path}" for df in frag.metadata.files)
-    return None
 
 
 def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,

@@ -7,16 +7,13 @@ typed errors of failed tasks brought back to the driver.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from lancepart import errors, lance_env
-from lancepart.errors import LancepartError
+from lancepart import lance_env
+from lancepart.error_mapping import task_error
 from lancepart.spark.workers import check_workers
-
-_TASK_ERROR = re.compile(r"lancepart\.errors\.(\w+): ([^\n]*)")
 
 
 def ship_options(spark, storage_options: Mapping[str, str] | None) -> Any:
@@ -43,19 +40,6 @@ def release(shipped: Any) -> None:
     """Drop a broadcast made by :func:`ship_options` once no task needs it any more."""
     if hasattr(shipped, "destroy"):
         shipped.destroy()
-
-
-def task_error(e: BaseException) -> LancepartError | None:
-    """The lancepart error a Spark task raised (found in the Python traceback Spark reports), so
-    the driver raises the same typed error; None if the failure was something else."""
-    found = _TASK_ERROR.findall(str(e))
-    if not found:
-        return None
-    name, message = found[-1]
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, LancepartError)):
-        return None
-    return cls(message.strip())
 
 
 @contextmanager

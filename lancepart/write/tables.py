@@ -23,7 +23,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, FragmentsGoneError, SchemaChangedError
-from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, join_uri
+from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, is_commit_conflict, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
 #: Transaction property of every commit lancepart makes to a partition table (what it was for):
@@ -163,7 +163,9 @@ def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted:
             ours = lance.LanceDataset.commit(uri, _marked(update(have), latest.version, what),
                                              read_version=latest.version, storage_options=storage_options,
                                              commit_lock=lock)
-        except LanceCommitConflictError:
+        except (LanceCommitConflictError, OSError) as e:
+            if not is_commit_conflict(e):  # Lance's own conflicts, also when it gave up retrying them
+                raise
             backoff(attempt, 0.01, 1.0)
             continue
         if {_ident(f.metadata) for f in ours.get_fragments()} == wanted:
