@@ -1,12 +1,22 @@
-"""The one place that turns storage and Lance errors into lancepart's typed errors.
+"""The one place that turns storage, Lance, Arrow and Spark errors into lancepart's typed errors.
 
 Lance reports I/O problems as ``OSError`` / ``ValueError`` / ``pyarrow.ArrowInvalid`` whose text
 carries the operating system's error ("No space left on device (os error 28)") but often not the
-path, and never which partition table it was reading. The write, read and maintenance paths
-call :func:`typed_error` (or wrap a block in :func:`storage_errors`) with what they know: the
-path, and the table's ``object_id`` when there is one. The result names both. The commit loops
-ask :func:`is_commit_conflict` whether Lance refused a commit for a concurrent one (retry), the
-Spark front ends :func:`task_error` which lancepart error a task raised.
+path, and never which partition table it was reading. Everything lancepart does with such an
+error is decided here, in three layers:
+
+* **where the path is known**: :func:`typed_error` / :func:`storage_errors` (a root or a table
+  directory) and :func:`table_error` / :func:`table_errors` (one partition table an operation
+  reads or changes: the message names the table and, for a file that cannot be decoded, the
+  file, found by reading the table's fragments one by one);
+* **the commit loops**: :func:`is_commit_conflict` (Lance refused a commit for a concurrent one:
+  retry) and :func:`is_not_found`;
+* **every public operation** (the methods of :class:`~lancepart.namespace.PartitionedNamespace`
+  and the ``lancepart.spark`` functions, through :func:`public_operation`): whatever Lance,
+  Arrow, the operating system or Spark raised that is not typed yet becomes a typed error
+  naming the operation and the root, and saying whether anything was published (the
+  ``__manifest`` commits an operation made are noted by :func:`note_commit`). Errors of
+  lancepart's own code (a bug) pass unchanged.
 
 =============================================  ==============================================
 ENOSPC (``os error 28``)                       :class:`StorageFullError`
@@ -14,10 +24,12 @@ EROFS (``os error 30``, a read-only mount)     :class:`StorageReadOnlyError`
 EACCES / EPERM (``os error 13`` / ``1``)       :class:`StoragePermissionError`
 a bucket, endpoint or credential that fails    :class:`StorageUnavailableError`
 a root (or one of its parents) is a file       :class:`InvalidArgumentError` naming the file
-a referenced file is gone (reading)            :class:`DataFilesMissingError` naming the file
-a data file cannot be decoded (reading)        :class:`CorruptTableError` naming the table
-Lance refused or gave up a commit against      a conflict (:func:`is_commit_conflict`): the
-concurrent writers                             commit loops retry it
+a referenced file is gone                      :class:`DataFilesMissingError` naming the file
+a data file cannot be decoded                  :class:`CorruptTableError` naming table and file
+Lance gave up a commit against concurrent      :class:`CommitConflictError` (a
+writers ("Too many concurrent writers")        :class:`RetryableError`)
+a Spark job failed (executor lost, ...)        :class:`SparkJobFailedError`
+anything else from Lance, Arrow or the OS      :class:`EngineError`
 =============================================  ==============================================
 
 >>> e = typed_error(OSError("LanceError(IO): No space left on device (os error 28)"), "/data/ns")
@@ -28,11 +40,15 @@ concurrent writers                             commit loops retry it
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
+import functools
 import os
 import re
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import pyarrow as pa
 
 # Lance's commit conflict lives in a submodule that `import lance` does not load: until it is
 # loaded, an `except lance.commit.CommitConflictError` clause fails on any other error reaching it.
@@ -40,15 +56,20 @@ from lance.commit import CommitConflictError as LanceCommitConflictError
 
 from lancepart import errors
 from lancepart.errors import (
+    CommitConflictError,
     CorruptTableError,
     DataFilesMissingError,
+    EngineError,
     InvalidArgumentError,
     LancepartError,
+    SparkJobFailedError,
     StorageFullError,
     StoragePermissionError,
     StorageReadOnlyError,
     StorageUnavailableError,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _FULL = (re.compile(r"os error 28\b"), re.compile(r"No space left on device", re.I))
 _READ_ONLY = (re.compile(r"os error 30\b"), re.compile(r"Read-only file system", re.I))
@@ -148,8 +169,8 @@ def typed_error(e: BaseException, path: str, *, table: str | None = None, readin
     code = _errno(e)
     where = _where(path, table)
     if code == errno.ENOSPC or _matches(text, _FULL):
-        return StorageFullError(f"{where}: the storage is full (ENOSPC); the operation stopped there (a write "
-                                f"publishes all or nothing). Free space and run it again ({_short(text)})")
+        return StorageFullError(f"{where}: the storage is full (ENOSPC); the operation stopped there. Free space "
+                                f"and run it again ({_short(text)})")
     if code == errno.EROFS or _matches(text, _READ_ONLY):
         return StorageReadOnlyError(f"{where}: the storage is read-only (EROFS): it can be read, but nothing can be "
                                     f"committed there; make it writable or write elsewhere ({_short(text)})")
@@ -198,6 +219,35 @@ def unreadable_file(ds: Any, columns: Sequence[str] | None = None) -> str | None
     return None
 
 
+def table_error(e: BaseException, root: str, object_id: str, location: str, *, version: int | None = None,
+                storage_options: Mapping[str, str] | None = None) -> LancepartError | None:
+    """The typed error for ``e``, raised while an operation read or changed the partition table
+    ``object_id`` (at ``location``, its published ``version``): :func:`typed_error` naming the
+    table, or :class:`CorruptTableError` naming the table and the file that cannot be decoded (the
+    table's fragments are read one by one to find it); None for anything else (a commit conflict
+    included: the caller's loop retries it)."""
+    if isinstance(e, LancepartError) or is_commit_conflict(e):
+        return None
+    uri = "/".join([root.rstrip("/"), location])
+    typed = typed_error(e, uri, table=object_id)
+    if typed is not None:
+        return typed
+    text = str(e)
+    if not _CORRUPT.search(text):
+        return None
+    f = _FILE.search(text)
+    file = f.group(1) if f else None
+    if file is None:
+        try:
+            import lance
+
+            file = unreadable_file(lance.dataset(uri, version=version, storage_options=dict(storage_options or {})
+                                                 or None))
+        except (OSError, ValueError):
+            file = None
+    return _corrupt(_where(uri, object_id), file, text)
+
+
 @contextlib.contextmanager
 def storage_errors(path: str, *, table: str | None = None, reading: bool = False) -> Iterator[None]:
     """Re-raise an ``OSError`` / ``ValueError`` (Arrow's and Lance's included) of the block as its
@@ -214,9 +264,27 @@ def storage_errors(path: str, *, table: str | None = None, reading: bool = False
         raise typed from e
 
 
-# --------------------------------------------------------------------------- Spark tasks
+@contextlib.contextmanager
+def table_errors(root: str, object_id: str, location: str, *, version: int | None = None,
+                 storage_options: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Re-raise an error of the block, which reads or changes one partition table, as its typed
+    error (:func:`table_error`); anything else passes unchanged.
+
+    >>> # with table_errors(root, oid, location, version=v): matching_addresses(ds, ...)
+    """
+    try:
+        yield
+    except (OSError, ValueError, RuntimeError) as e:
+        typed = table_error(e, root, object_id, location, version=version, storage_options=storage_options)
+        if typed is None:
+            raise
+        raise typed from e
+
+
+# --------------------------------------------------------------------------- Spark
 _TASK_ERROR = re.compile(r"lancepart\.errors\.(\w+): ([^\n]*)")
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
+_SPARK_REASON = re.compile(r"most recent failure: ([^\n]+)|Job aborted due to stage failure: ([^\n]+)")
 
 
 def missing_module(text: str) -> str | None:
@@ -236,6 +304,185 @@ def task_error(e: BaseException) -> LancepartError | None:
     if not (isinstance(cls, type) and issubclass(cls, LancepartError)):
         return None
     return cls(message.strip())
+
+
+def _class_names(e: BaseException) -> list[str]:
+    return [f"{c.__module__}.{c.__name__}" for c in type(e).__mro__]
+
+
+def is_spark_failure(e: BaseException) -> bool:
+    """Whether ``e`` is Spark's report of a failed job or call (py4j's ``Py4JJavaError``, a
+    ``PySparkException`` such as a task's ``PythonException``), other than an analysis error of
+    the DataFrame itself (a column that does not exist: Spark's message says what is wrong)."""
+    names = _class_names(e)
+    if any(n.endswith((".AnalysisException", ".ParseException")) for n in names):
+        return False
+    return any(n.startswith(("py4j.", "pyspark.")) for n in names)
+
+
+def spark_reason(text: str) -> str:
+    """The part of a Spark failure that says what went wrong ("ExecutorLostFailure (executor 2
+    exited ...) ... exit code 137", "Python worker exited unexpectedly (crashed)"), shortened."""
+    m = _SPARK_REASON.search(text)
+    reason = (m.group(1) or m.group(2)) if m else next((line for line in text.splitlines() if line.strip()), text)
+    return _short(reason.lstrip(": "), 400)
+
+
+# --------------------------------------------------------------------------- every public operation
+# The __manifest versions the running public operation committed (None outside one): whether
+# "nothing was published" is true when it fails.
+_COMMITS: contextvars.ContextVar[list[int | None] | None] = contextvars.ContextVar("lancepart_commits",
+                                                                                  default=None)
+# typed errors of the layers below, to which an operation adds whether it published
+_NEEDS_OUTCOME = (StorageFullError, StoragePermissionError, StorageUnavailableError, CorruptTableError,
+                  DataFilesMissingError)
+_BATCH_OPERATIONS = ("write", "merge", "lps.write", "lps.merge")
+
+
+def note_commit(version: int | None = None) -> None:
+    """Record that the running public operation committed ``__manifest`` (``version``, when
+    known): should it fail afterwards, its error says so instead of "nothing was published"."""
+    commits = _COMMITS.get()
+    if commits is not None:
+        commits.append(version)
+
+
+@functools.cache
+def _engine_paths() -> tuple[str, ...]:
+    """The directories of the lance, pyarrow and datafusion packages."""
+    dirs = []
+    for name in ("lance", "pyarrow", "datafusion"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        if getattr(module, "__file__", None):
+            dirs.append(os.path.dirname(module.__file__) + os.sep)
+    return tuple(dirs)
+
+
+def is_engine_error(e: BaseException) -> bool:
+    """Whether ``e`` came from Lance, Arrow or the operating system (not from lancepart's own
+    code): an ``OSError``, an Arrow exception, a Lance error, or anything raised inside the
+    lance, pyarrow or datafusion packages."""
+    if isinstance(e, OSError | pa.ArrowException) or "LanceError" in str(e):
+        return True
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and last.tb_frame.f_code.co_filename.startswith(_engine_paths())
+
+
+def _outcome(publishes: bool, commits: Sequence[int | None], outcome: str | None) -> str:
+    if outcome is not None:
+        return outcome
+    if not publishes:
+        return ""
+    if commits:
+        known = [v for v in commits if v is not None]
+        return (f"__manifest version {max(known)} was committed before the error" if known
+                else "a __manifest commit was made before the error")
+    return "nothing was published"
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _states_outcome(text: str) -> bool:
+    """Whether a message already says what was published."""
+    return any(w in text for w in ("nothing was published", "nothing published", "nothing was committed",
+                                   "committed before the error"))
+
+
+def operation_error(e: BaseException, operation: str, root: str | None, *, publishes: bool = True,
+                    commits: Sequence[int | None] = (), outcome: str | None = None) -> LancepartError | None:
+    """The typed error public operation ``operation`` on ``root`` raises for ``e``, or None when
+    ``e`` passes unchanged (a lancepart error that needs nothing added, or a bug of lancepart's
+    own code). ``commits``: the ``__manifest`` versions it committed before ``e``; ``outcome``
+    replaces the "nothing was published" statement (cleanup, which publishes nothing)."""
+    note = _outcome(publishes, commits, outcome)
+    said = f"{operation}: {note}" if note else ""
+    where = root or "(no root)"
+    if isinstance(e, LancepartError):
+        if said and isinstance(e, _NEEDS_OUTCOME) and not _states_outcome(str(e)):
+            return type(e)(_join(str(e), said))
+        return None
+    text = str(e)
+    if is_spark_failure(e):
+        if (typed := task_error(e)) is not None:
+            return operation_error(typed, operation, root, publishes=publishes, commits=commits,
+                                   outcome=outcome) or typed
+        rerun = ""
+        if not commits:
+            rerun = ("running it again with the same batch_id is safe (a batch id publishes at most once)"
+                     if operation in _BATCH_OPERATIONS else "running it again is safe")
+            rerun += "; files the failed attempt wrote are unreferenced and left for cleanup"
+        return SparkJobFailedError(_join(f"{operation} on {where}: a Spark job failed ({spark_reason(text)})",
+                                         note, rerun))
+    if not is_engine_error(e):
+        return None
+    if is_commit_conflict(e):
+        return CommitConflictError(_join(f"{operation} on {where}: Lance gave up a commit against concurrent "
+                                         f"writers ({_short(text)})", note, "run it again"))
+    typed = typed_error(e, where)
+    if typed is None and (m := _NOT_FOUND.search(text)) is not None:
+        typed = _missing(where, m.group(1))
+    if typed is None and _CORRUPT.search(text):
+        f = _FILE.search(text)
+        typed = _corrupt(where, f.group(1) if f else None, text)
+    if typed is not None:
+        return type(typed)(_join(str(typed), said))
+    return EngineError(_join(f"{operation} on {where}: {type(e).__name__}: {_short(text)}", note))
+
+
+@contextlib.contextmanager
+def operation_errors(operation: str, root: str | None, *, publishes: bool = True,
+                     outcome: str | None = None) -> Iterator[None]:
+    """Around one public operation: an error escaping it becomes :func:`operation_error`'s typed
+    error (raised from the original). Nested operations share the outermost one's record of
+    commits.
+
+    >>> # with operation_errors("merge", ns.root): ...
+    """
+    token = _COMMITS.set([]) if _COMMITS.get() is None else None
+    try:
+        yield
+    except Exception as e:
+        typed = operation_error(e, operation, root, publishes=publishes, commits=list(_COMMITS.get() or ()),
+                                outcome=outcome)
+        if typed is None:
+            raise
+        raise typed from e
+    finally:
+        if token is not None:
+            _COMMITS.reset(token)
+
+
+def public_operation(name: str, *, publishes: bool = True, root_arg: int | None = None,
+                     outcome: str | None = None) -> Callable[[F], F]:
+    """Decorator of a public operation (:func:`operation_errors` around each call). The root is
+    the ``root`` attribute of the first argument (a method of PartitionedNamespace), or with
+    ``root_arg`` the positional argument at that index (or the ``root`` keyword).
+
+    >>> # @public_operation("lps.write", root_arg=1)
+    >>> # def write(df, root, ...): ...
+    """
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if root_arg is None:
+                root = getattr(args[0], "root", None) if args else None
+            else:
+                root = args[root_arg] if len(args) > root_arg else kwargs.get("root")
+            with operation_errors(name, None if root is None else os.fspath(root), publishes=publishes,
+                                  outcome=outcome):
+                return fn(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
 
 
 def _short(text: str, limit: int = 300) -> str:

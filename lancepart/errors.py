@@ -163,3 +163,16 @@ class RowsOutsideFilterError(InvalidArgumentError):
     """A replace-where input (``ns.write(mode="overwrite", where=...)``) has rows for which the
     filter is not TRUE; the message names the filter, how many rows and one of them."""
 
+
+class SparkJobFailedError(LancepartError):
+    """A Spark job of an ``lps.*`` operation failed (a task failed too often, an executor was
+    lost, a Python worker was killed): nothing was published. The message names the operation,
+    the root and Spark's reason; rerunning it (with the same ``batch_id``) is safe, and files the
+    failed attempt wrote are unreferenced until a cleanup removes them. ``__cause__`` is Spark's
+    error."""
+
+
+class EngineError(LancepartError):
+    """Lance, Arrow or the operating system failed in a way no more specific error describes.
+    The message names the operation and the root (the table or file when known) and says
+    whether anything was published; ``__cause__`` is the original error."""

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from lancepart import ids as _ids
 from lancepart.errors import CommitConflictError, CorruptNamespaceError, InvalidSpecError
-from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, metadata_json
+from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, metadata_json, note_commit
 from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 
 log = logging.getLogger("lancepart.evolution")
@@ -185,6 +185,7 @@ def _publish(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> None:
                                         f"namespace row holds {spec.to_json_string()}")
         try:
             ds.update_metadata({spec.key: spec.to_json_string()})
+            note_commit()  # the spec is published
             return
         except OSError as e:  # Lance's commit conflicts are OSErrors
             if not is_commit_conflict(e):

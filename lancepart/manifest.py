@@ -45,6 +45,7 @@ from lance.commit import CommitConflictError as LanceCommitConflictError
 from lancepart.error_mapping import (
     is_commit_conflict,
     is_not_found,
+    note_commit,
     storage_problem,
     typed_error,
 )
@@ -516,6 +517,7 @@ class Manifest:
                     f"nothing was committed") from e
             raise ManifestConflict(f"__manifest version {base.version} this commit was based on was removed by a "
                                    f"cleanup; the latest is {latest}") from e
+        note_commit(new.version)
         return new, value
 
     def maintain_indexes(self, snap: ManifestSnapshot) -> bool:
@@ -577,6 +579,7 @@ class Manifest:
             if not is_commit_conflict(e):
                 raise
             raise ManifestConflict(str(e)) from e
+        note_commit(new.version)
         return ManifestSnapshot(new.version, new.metadata, [f.fragment_id for f in new.get_fragments()],
                                 rows=rows, dataset=new, uri=self.uri, latest=self.latest_version)
 

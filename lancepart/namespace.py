@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart import ids as _ids
+from lancepart.error_mapping import public_operation
 from lancepart.errors import (
     CorruptNamespaceError,
     InvalidArgumentError,
@@ -43,6 +44,10 @@ SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = "partition_spec_v"
 _PLAN_CACHE = 64  # scan plans a handle keeps per snapshot (filter -> kept partitions)
 _DATASET_CACHE = 1024  # partition tables a handle keeps open for searches
+# what a failed create or cleanup says instead of "nothing was published" (lancepart.error_mapping)
+_CREATE_OUTCOME = "no partitioned namespace was created (one exists only once its last commit lands)"
+_CLEANUP_OUTCOME = ("cleanup removes only what no retained version needs: what it removed before the error is gone, "
+                    "nothing published changed; run it again")
 
 
 def _partition_columns(specs: Sequence[PartitionSpec]) -> list[pa.Field]:
@@ -99,7 +104,10 @@ def _partition_spec_id(object_id: str) -> int | None:
 
 
 class PartitionedNamespace:
-    """A partitioned namespace rooted at a directory or URI.
+    """A partitioned namespace rooted at a directory or URI. Every public method raises
+    lancepart's typed errors only: what Lance, Arrow or the operating system raise becomes a
+    :class:`~lancepart.errors.LancepartError` naming the operation and the root and saying
+    whether anything was published (:func:`lancepart.error_mapping.public_operation`).
 
     >>> import tempfile, pyarrow as pa
     >>> schema = pa.schema([("id", pa.int64()), ("country", pa.utf8())])
@@ -124,6 +132,7 @@ class PartitionedNamespace:
 
     # ------------------------------------------------------------------ construction
     @classmethod
+    @public_operation("create", publishes=False, root_arg=1, outcome=_CREATE_OUTCOME)
     def create(
         cls,
         root: str | os.PathLike[str],
@@ -160,6 +169,7 @@ class PartitionedNamespace:
         return cls(root_s, manifest, snapshot)
 
     @classmethod
+    @public_operation("open", publishes=False, root_arg=1)
     def open(cls, root: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None, *,
              version: int | None = None, as_of: datetime | None = None) -> PartitionedNamespace:
         """Open an existing partitioned namespace; :class:`NamespaceNotFoundError` if there is none.
@@ -195,6 +205,7 @@ class PartitionedNamespace:
                 f"(opened with version= or as_of=) and cannot commit; open the namespace without them to "
                 f"{operation}")
 
+    @public_operation("refresh", publishes=False)
     def refresh(self) -> PartitionedNamespace:
         """Reload ``__manifest`` (specs, schema and partition table rows) at its latest version.
         A read-only handle (``version=`` / ``as_of=``) keeps its snapshot."""
@@ -202,6 +213,7 @@ class PartitionedNamespace:
             self._load_latest(self._manifest)
         return self
 
+    @public_operation("history", publishes=False)
     def history(self, limit: int | None = None) -> list[Any]:
         """The retained ``__manifest`` versions, newest first, as :class:`lancepart.history.HistoryEntry`
         (version, timestamp, operation, batch_id, rows_written, partitions_touched). Each is a
@@ -288,6 +300,7 @@ class PartitionedNamespace:
         return self._snapshot
 
     # ------------------------------------------------------------------ evolution
+    @public_operation("evolve")
     def evolve(self, fields: Sequence[PartitionField | Mapping[str, Any]], *, max_retries: int = 20
                ) -> PartitionSpec:
         """Add partition spec version ``v<N+1>`` with ``fields`` (spec "Partition Evolution") and
@@ -310,6 +323,7 @@ class PartitionedNamespace:
         self.refresh()
         return spec
 
+    @public_operation("update_schema")
     def update_schema(self, add: Sequence[pa.Field] | None = None, rename: Mapping[str, str] | None = None,
                       drop: Sequence[str] | None = None, widen: Mapping[str, pa.DataType] | None = None, *,
                       max_retries: int = 20) -> CommitResult:
@@ -331,6 +345,7 @@ class PartitionedNamespace:
         return result
 
     # ------------------------------------------------------------------ writing
+    @public_operation("write")
     def write(
         self,
         data: pa.Table | pa.RecordBatchReader,
@@ -364,6 +379,7 @@ class PartitionedNamespace:
         return result
 
     # ------------------------------------------------------------------ reading
+    @public_operation("partitions", publishes=False)
     def partitions(self, filter: str | None = None) -> list[PartitionInfo]:
         """Published partition tables that may hold rows matching ``filter`` (a SQL boolean
         expression over source columns, as DataFusion parses it). Pruning projects the filter
@@ -400,6 +416,7 @@ class PartitionedNamespace:
             ))
         return out
 
+    @public_operation("explain", publishes=False)
     def explain(self, filter: str | None) -> str:
         """For ``filter``: per spec version, the projected partition predicate and how many
         partitions are kept and pruned, then the ``__manifest`` query and the residual filter."""
@@ -407,6 +424,7 @@ class PartitionedNamespace:
 
         return prune(filter, self._schema, self._specs, self._snapshot.table_pins()).explain()
 
+    @public_operation("to_table", publishes=False)
     def to_table(self, filter: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """The published snapshot (every table at its ``read_version``/branch/tag) as one table:
         only partitions that can match ``filter`` are read, an inclusive form of the filter and
@@ -422,6 +440,7 @@ class PartitionedNamespace:
                     storage_options=self.storage_options, scan_filter=scan_filter,
                     namespace_md=self._snapshot.metadata)
 
+    @public_operation("scan_plan", publishes=False)
     def scan_plan(self, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:
         """What a read of ``filter`` scans, from one pruning pass over ``__manifest``: the kept
         partition tables, the filter (``None`` when blank) and its inclusive form to push into
@@ -467,6 +486,7 @@ class PartitionedNamespace:
                 self._datasets.popitem(last=False)
         return ds
 
+    @public_operation("search", publishes=False)
     def search(self, column: str, query: Any, k: int = 10, filter: str | None = None, *,
                columns: Sequence[str] | None = None, **params: Any) -> pa.Table:
         """The ``k`` published rows nearest to vector ``query`` in ``column`` among those matching
@@ -481,6 +501,7 @@ class PartitionedNamespace:
 
         return search(self, column, query, k, filter, columns=columns, **params)
 
+    @public_operation("search_text", publishes=False)
     def search_text(self, column: str, query: str, k: int = 10, filter: str | None = None, *,
                     columns: Sequence[str] | None = None) -> pa.Table:
         """The ``k`` published rows that match full-text ``query`` on ``column`` best (``_score``
@@ -493,6 +514,7 @@ class PartitionedNamespace:
         return search_text(self, column, query, k, filter, columns=columns)
 
     # ------------------------------------------------------------------ maintenance
+    @public_operation("compact")
     def compact(self, filter: str | None = None, target_rows_per_fragment: int = 1_048_576,
                 **options: Any) -> CommitResult:
         """Rewrite the small fragments (and materialise the deleted rows) of the partition tables
@@ -511,6 +533,7 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    @public_operation("describe_namespace", publishes=False)
     def describe_namespace(self, id: Sequence[str]) -> dict[str, str]:
         """Runtime properties of a namespace (spec "Runtime Namespace Properties", Appendix E).
 
@@ -540,6 +563,7 @@ class PartitionedNamespace:
             props[f"partition.{f.field_id}"] = _display(value, f.result_type)
         return props
 
+    @public_operation("cleanup", outcome=_CLEANUP_OUTCOME)
     def cleanup(self, older_than: timedelta = timedelta(days=7), dry_run: bool = False, *,
                 allow_short_retention: bool = False, **options: Any) -> CleanupStats:
         """Remove table and ``__manifest`` versions superseded more than ``older_than`` ago, files
@@ -559,6 +583,7 @@ class PartitionedNamespace:
         self.refresh()
         return stats
 
+    @public_operation("repair")
     def repair(self, dry_run: bool = False) -> Any:
         """Restore ``__manifest`` after a tool that knows only the directory namespace rewrote it
         without lancepart's columns (``read_version``, ``read_branch``, ``read_tag``,
@@ -578,6 +603,7 @@ class PartitionedNamespace:
         return report
 
 
+    @public_operation("verify", publishes=False)
     def verify(self, deep: bool = False) -> VerifyReport:
         """Check that everything published can be read and is what it claims to be: the
         ``__manifest`` columns, every table at its pinned version and every file it references,
@@ -591,6 +617,7 @@ class PartitionedNamespace:
 
         return verify(self.root, self.storage_options, deep=deep)
 
+    @public_operation("drop_partitions")
     def drop_partitions(self, filter: str, dry_run: bool = False, **options: Any) -> CommitResult:
         """Remove every partition ``filter`` selects entirely from ``__manifest`` in one publish
         (files stay for cleanup). The filter may only name identity-partitioned columns
@@ -605,6 +632,7 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    @public_operation("delete")
     def delete(self, filter: str, *, max_retries: int = 20) -> CommitResult:
         """Delete every published row matching ``filter`` (SQL over source columns) in one publish:
         Lance deletions on the published version of each partition the pruner keeps, then one
@@ -619,6 +647,7 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    @public_operation("rollback")
     def rollback(self, version: int, *, max_retries: int = 20) -> CommitResult:
         """Publish the partition tables of ``__manifest`` version ``version`` as a new version:
         the namespace reads as that snapshot did (:mod:`lancepart.maintenance.rollback`). Table
@@ -634,6 +663,7 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    @public_operation("merge")
     def merge(self, data: pa.Table | pa.RecordBatchReader, on: Sequence[str], when_matched: str = "update",
               when_not_matched: str = "insert", *, batch_id: str | None = None, max_retries: int = 20) -> CommitResult:
         """Upsert ``data`` by the key columns ``on`` in one publish (:mod:`lancepart.write.merge`):
@@ -651,6 +681,7 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    @public_operation("create_index")
     def create_index(self, column: str, index_type: str, *, name: str | None = None, replace: bool = False,
                      min_rows: int | None = None, max_retries: int = 20, **params: Any) -> CommitResult:
         """Declare a Lance index (vector: IVF_PQ, IVF_HNSW_SQ, ...; INVERTED; BTREE, BITMAP,
@@ -668,6 +699,7 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    @public_operation("drop_index")
     def drop_index(self, name: str, *, max_retries: int = 20) -> CommitResult:
         """Remove the declared index ``name`` and drop it from every published partition table
         in one publish."""
@@ -678,6 +710,7 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    @public_operation("list_indexes", publishes=False)
     def list_indexes(self) -> list[dict[str, Any]]:
         """The declared indexes with their coverage: ``tables``, ``above_min_rows``, ``indexed``,
         ``missing`` (object ids above the threshold without the index)."""

@@ -7,6 +7,7 @@ a Spark executor that cannot import a module."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -17,18 +18,25 @@ from pathlib import Path
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.cli import main
 from lancepart.errors import (
+    CommitConflictError,
     CorruptNamespaceError,
     CorruptTableError,
     DataFilesMissingError,
+    EngineError,
     InvalidArgumentError,
     InvalidFilterError,
     MissingDependencyError,
+    RetryableError,
+    SparkJobFailedError,
     StorageFullError,
+    StoragePermissionError,
+    StorageReadOnlyError,
 )
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
@@ -261,7 +269,126 @@ def test_spark_write_to_a_full_file_system_names_the_storage_full_table(small_fs
     assert PartitionedNamespace.open(root).to_table().num_rows == 0
 
 
-# --------------------------------------------------------------------------- one classifier (issue 21 item 5)
+# --------------------------------------------------------------------------- one error layer (issue 21 item 5)
+def data_file_of(ns: PartitionedNamespace, info) -> str:
+    ds = lance.dataset(join_uri(ns.root, info.location), version=info.read_version)
+    return os.path.join(join_uri(ns.root, info.location), "data", ds.get_fragments()[0].metadata.files[0].path)
+
+
+def replace_where_ids_below_100(ns: PartitionedNamespace):
+    rows = demo_events(300, seed=1, days=2)
+    return ns.write(rows.filter(pc.less(rows.column("id"), 100)), mode="overwrite", where="id < 100")
+
+
+CHANGES = {
+    "merge": lambda ns: ns.merge(demo_events(300, seed=1, days=2), on=["id"]),
+    "delete": lambda ns: ns.delete("id >= 0"),
+    "replace_where": replace_where_ids_below_100,
+}
+
+
+@pytest.mark.parametrize("operation", sorted(CHANGES))
+def test_a_truncated_data_file_met_by_a_change_is_a_corrupt_table_error_naming_table_and_file(ns, operation):
+    """merge, delete and replace-where read the published rows of the tables they change: a
+    truncated data file surfaced as a raw `ArrowInvalid: ... Invalid range 0..N for object of size
+    M`. It is CorruptTableError naming the partition table and the file; nothing was published."""
+    info = ns.partitions()[0]
+    path = data_file_of(ns, info)
+    os.truncate(path, os.path.getsize(path) // 2)
+    version = ns.manifest_version
+    with pytest.raises(CorruptTableError) as e:
+        CHANGES[operation](ns)
+    message = str(e.value)
+    assert info.object_id in message and os.path.basename(path) in message, message
+    assert f"{operation if operation != 'replace_where' else 'write'}: nothing was published" in message
+    assert PartitionedNamespace.open(ns.root).manifest_version == version
+
+
+def fill(directory: Path) -> None:
+    """Take every free byte of the file system under ``directory``."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    fd = os.open(directory / "filler-small", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 512)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+MAINTENANCE = {
+    "merge": lambda ns: ns.merge(demo_events(20, seed=1, days=1), on=["id"]),
+    "delete": lambda ns: ns.delete("id < 50"),
+    "compact": lambda ns: ns.compact(),
+    "update_schema": lambda ns: ns.update_schema(add=[pa.field("note", pa.utf8())]),
+    "rollback": lambda ns: ns.rollback(ns.manifest_version - 1),
+    "evolve": lambda ns: ns.evolve([{"source_ids": [1], "transform": {"type": "identity"},
+                                     "result_type": {"type": "date32"}}]),
+    "drop_partitions": lambda ns: ns.drop_partitions("event_date = DATE '2025-12-01'"),
+    "create_index": lambda ns: ns.create_index("id", "BTREE", min_rows=1),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(MAINTENANCE))
+def test_a_full_file_system_during_any_operation_is_storage_full_and_nothing_is_published(small_fs, operation):
+    """ENOSPC during merge, delete, compact, update_schema, rollback, ... was a bare
+    `OSError: No space left on device` naming no path (StorageFullError existed for writes
+    only). Every operation raises StorageFullError naming the root (or the table) and saying
+    that nothing was published; the namespace reads as before."""
+    root = str(small_fs / "ns")
+    ns = create_events_ns(root)
+    ns.write(demo_events(100, seed=1, days=1))
+    ns.write(demo_events(100, seed=2, start_id=100, days=1))
+    version, rows = ns.manifest_version, ns.to_table().sort_by("id")
+    fill(small_fs)
+    try:
+        with pytest.raises(StorageFullError) as e:
+            MAINTENANCE[operation](ns)
+    finally:
+        for name in ("filler", "filler-small"):
+            os.remove(small_fs / name)
+    message = str(e.value)
+    assert root in message and "ENOSPC" in message and f"{operation}: nothing was published" in message, message
+    again = PartitionedNamespace.open(root)
+    assert again.manifest_version == version and again.to_table().sort_by("id").equals(rows)
+
+
+@pytest.fixture
+def read_only_manifest(ns):
+    """``__manifest`` of ``ns`` as a read-only bind mount (EROFS, os error 30), as a snapshot or
+    a read-only volume presents it."""
+    path = join_uri(ns.root, "__manifest")
+    if subprocess.run(["mount", "--bind", path, path], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", path], capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield ns
+    finally:
+        subprocess.run(["umount", path], check=False)
+
+
+def test_a_read_only_manifest_is_a_read_only_storage_error_naming_the_root(read_only_manifest):
+    """A write into a namespace whose __manifest is read-only raised `OSError (os error 30)`."""
+    ns = read_only_manifest
+    version, rows = ns.manifest_version, ns.to_table().num_rows
+    for change in (lambda: ns.write(demo_events(10, seed=3, start_id=5000, days=1)), lambda: ns.delete("id < 3")):
+        with pytest.raises(StorageReadOnlyError) as e:
+            change()
+        assert isinstance(e.value, StoragePermissionError) and isinstance(e.value, PermissionError)
+        assert ns.root in str(e.value) and "read-only" in str(e.value) and "nothing was published" in str(e.value)
+    assert PartitionedNamespace.open(ns.root).manifest_version == version
+    assert ns.to_table().num_rows == rows  # reading still works
+
+
 def lance_contention_error(tmp_path) -> OSError:
     """The error Lance raises when its own conflict retries run out, made for real: an update
     through a handle read before a concurrent delete of the same fragment, with no retry left."""
@@ -274,15 +401,19 @@ def lance_contention_error(tmp_path) -> OSError:
     return e.value
 
 
-def test_lances_too_many_concurrent_writers_is_a_commit_conflict(tmp_path):
+def test_lances_too_many_concurrent_writers_is_a_retryable_commit_conflict(tmp_path):
     """On S3 under contention a write failed with a raw `OSError: Too many concurrent writers`:
-    the error Lance raises when its own retries against concurrent commits run out. Every
-    commit loop asks the one classifier, which calls it a commit conflict: retried."""
-    from lancepart.error_mapping import is_commit_conflict
+    the error Lance raises when its own retries against concurrent commits run out. The commit
+    loops retry it like any commit conflict, and at a public operation it is CommitConflictError,
+    a RetryableError, saying nothing was published."""
+    from lancepart.error_mapping import is_commit_conflict, operation_error
 
     e = lance_contention_error(tmp_path)
     assert "Too many concurrent writers" in str(e)
     assert is_commit_conflict(e)
+    typed = operation_error(e, "write", "/data/ns")
+    assert isinstance(typed, CommitConflictError) and isinstance(typed, RetryableError)
+    assert "write on /data/ns" in str(typed) and "nothing was published" in str(typed)
 
 
 def test_every_public_error_is_exported_and_conflicts_are_one_retryable_family():
@@ -298,3 +429,71 @@ def test_every_public_error_is_exported_and_conflicts_are_one_retryable_family()
     assert not missing, missing
     assert issubclass(lancepart.CommitConflictError, lancepart.RetryableError)
     assert issubclass(lancepart.StorageReadOnlyError, lancepart.StoragePermissionError)
+
+
+def test_an_unclassified_engine_error_is_typed_and_a_bug_passes_unchanged(tmp_path):
+    """The last resort of the operation layer: an error of Lance, Arrow or the OS that no rule
+    names becomes EngineError naming the operation and the root (the original as __cause__);
+    an error raised by lancepart's own code (a bug) is not disguised."""
+    from lancepart.error_mapping import operation_error
+
+    with pytest.raises(pa.ArrowInvalid) as arrow_error:
+        pa.array(["not a number"]).cast(pa.int8())
+    typed = operation_error(arrow_error.value, "to_table", str(tmp_path), publishes=False)
+    assert isinstance(typed, EngineError) and f"to_table on {tmp_path}" in str(typed)
+    assert operation_error(KeyError("a lancepart bug"), "merge", str(tmp_path)) is None
+
+
+@pytest.mark.spark
+def test_a_spark_job_that_fails_is_typed_nothing_is_published_and_the_same_batch_id_publishes_once(spark, tmp_path):
+    """A Spark job whose Python worker dies (killed like an executor the OOM killer ended, exit
+    code 137) reached the user as a raw Py4JJavaError. lps.write and lps.merge raise
+    SparkJobFailedError saying nothing was published, that rerunning the same batch id is safe
+    and that files the attempt wrote are left for cleanup, with Spark's error as __cause__."""
+    from pyspark.sql import functions as F
+
+    from lancepart import spark as lps
+    from lancepart.spark.sample import generated_events
+
+    root = str(tmp_path / "ns")
+    create_events_ns(root)
+    lps.write(generated_events(spark, 200, seed=1), root, batch_id="b0")
+    version = PartitionedNamespace.open(root).manifest_version
+
+    @F.udf("long")
+    def dies_on_7(i):
+        import os
+        import signal
+
+        if i == 7:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+    good = generated_events(spark, 100, seed=2).withColumn("id", F.col("id") + 10_000)
+    failing = good.withColumn("id", dies_on_7(F.col("id") - 10_000) + 10_000)
+    for name, run in (("lps.write", lambda df: lps.write(df, root, batch_id="b1")),
+                      ("lps.merge", lambda df: lps.merge(df, root, on=["id"], batch_id="b1"))):
+        with pytest.raises(SparkJobFailedError) as e:
+            run(failing)
+        message = str(e.value)
+        assert name in message and root in message and "nothing was published" in message, message
+        assert "same batch_id is safe" in message and "cleanup" in message
+        assert "Python worker exited unexpectedly" in message
+        assert type(e.value.__cause__).__name__ == "Py4JJavaError"
+        assert PartitionedNamespace.open(root).manifest_version == version
+    assert lps.write(good, root, batch_id="b1").rows_written == 100
+    assert lps.write(good, root, batch_id="b1").skipped
+    assert PartitionedNamespace.open(root).to_table().num_rows == 300
+
+
+@pytest.mark.spark
+def test_spark_delete_of_a_truncated_data_file_is_a_corrupt_table_error(ns, spark):
+    from lancepart import spark as lps
+
+    info = ns.partitions()[0]
+    path = data_file_of(ns, info)
+    os.truncate(path, os.path.getsize(path) // 2)
+    with pytest.raises(CorruptTableError) as e:
+        lps.delete(spark, ns.root, "id >= 0")
+    assert info.object_id in str(e.value) and os.path.basename(path) in str(e.value)
+    assert "lps.delete: nothing was published" in str(e.value)

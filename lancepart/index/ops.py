@@ -36,7 +36,7 @@ from lancepart.index import (
     declarations,
     make_declaration,
 )
-from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, join_uri
+from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, join_uri, note_commit
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write import faults
@@ -101,6 +101,7 @@ def set_declaration(manifest: Manifest, key: str, value: str | None, check: Call
             return current
         try:
             ds.update_metadata({key: value})
+            note_commit()  # the declaration is published
             return current
         except OSError as e:
             if not is_commit_conflict(e):

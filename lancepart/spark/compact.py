@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.compact import (
     DEFAULT_DELETIONS_THRESHOLD,
@@ -47,6 +48,7 @@ def _rewrite_task(root: str, storage_options: Any) -> Callable[[str], str]:
     return run
 
 
+@public_operation("lps.compact", root_arg=1)
 def compact(
     spark,
     root: str,

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lancepart.error_mapping import public_operation
 from lancepart.maintenance.delete import TableDelete, TableTodo
 from lancepart.maintenance.delete import delete as _delete
 from lancepart.manifest import ManifestConflict
@@ -55,6 +56,7 @@ def _delete_task(root: str, schema_json: str, filter: str, scan_filter: str | No
     return run
 
 
+@public_operation("lps.delete", root_arg=1)
 def delete(spark, root: str, filter: str, storage_options: Mapping[str, str] | None = None, *,
            max_retries: int = 20) -> CommitResult:
     """Delete every published row of ``root`` matching ``filter``, the partition tables that may

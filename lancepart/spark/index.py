@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lancepart.error_mapping import public_operation
 from lancepart.index.ops import ApplyTables, TableTodo
 from lancepart.index.ops import create_index as _create_index
 from lancepart.index.ops import drop_index as _drop_index
@@ -73,6 +74,7 @@ def _on_executors(spark, ns: PartitionedNamespace, phases: dict[str, Any]) -> Ca
     return for_op
 
 
+@public_operation("lps.create_index", root_arg=1)
 def create_index(spark, root: str, column: str, index_type: str, storage_options: Mapping[str, str] | None = None,
                  *, name: str | None = None, replace: bool = False, min_rows: int | None = None,
                  max_retries: int = 20, **params: Any) -> CommitResult:
@@ -91,6 +93,7 @@ def create_index(spark, root: str, column: str, index_type: str, storage_options
     return result
 
 
+@public_operation("lps.drop_index", root_arg=1)
 def drop_index(spark, root: str, name: str, storage_options: Mapping[str, str] | None = None, *,
                max_retries: int = 20) -> CommitResult:
     """Remove the declared index ``name`` and drop it from every partition table on the executors,

@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lancepart.error_mapping import public_operation
 from lancepart.namespace import PartitionedNamespace
 from lancepart.read.spj import (
     JoinPlan,
@@ -62,6 +63,7 @@ def _read_columns(columns: Sequence[str] | None, keys: Sequence[str]) -> list[st
     return cols + [k for k in keys if k not in cols]
 
 
+@public_operation("lps.explain_join", publishes=False, root_arg=0)
 def explain_join(left_root: str, right_root: str, on, how: str = "inner", filter_left: str | None = None,
                  filter_right: str | None = None, storage_options: Mapping[str, str] | None = None,
                  spj: bool = True) -> JoinPlan:
@@ -135,6 +137,7 @@ def _shuffled_join(spark, plan: JoinPlan, filter_left: str | None, filter_right:
     return joined.select(out)
 
 
+@public_operation("lps.join", publishes=False, root_arg=1)
 def join(
     spark,
     left_root: str,

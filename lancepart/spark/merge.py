@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart.error_mapping import public_operation
 from lancepart.manifest import ManifestSnapshot
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
@@ -112,6 +113,7 @@ def _merge_write_task(matched: bytes, on: Sequence[str], update: bool, insert: b
     return run
 
 
+@public_operation("lps.merge", root_arg=1)
 def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_not_matched: str = "insert", *,
           batch_id: str | None = None, storage_options: Mapping[str, str] | None = None, max_retries: int = 20,
           flush_rows: int = 1_000_000, max_rows_per_file: int = 1_048_576) -> CommitResult:

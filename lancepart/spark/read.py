@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.parallel import map_threads
@@ -297,6 +298,7 @@ def _read_task(root: str, schema_bytes: bytes, filter: str | None, scan_filter: 
 
 
 # --------------------------------------------------------------------------- entry point
+@public_operation("lps.read", publishes=False, root_arg=1)
 def read(
     spark,
     root: str,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.read import search as _search
@@ -70,6 +71,7 @@ def _search_task(plan: _search.SearchPlan, dim: int, k: int, params: dict[str, A
     return run
 
 
+@public_operation("lps.search", publishes=False, root_arg=1)
 def search(spark, root: str, queries, column: str, k: int = 10, filter: str | None = None, *,
            query_column: str = "query", id_column: str | None = None, columns: Sequence[str] | None = None,
            storage_options: Mapping[str, str] | None = None, **params: Any):

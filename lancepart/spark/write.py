@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lancepart.error_mapping import public_operation
 from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.namespace import PartitionedNamespace
@@ -154,6 +155,7 @@ def _released(df, cached: bool) -> Iterator[None]:
             df.unpersist()
 
 
+@public_operation("lps.write", root_arg=1)
 def write(
     df,
     root: str,

@@ -14,7 +14,8 @@ published (docs/retention.md):
 * :func:`commit_on_published` around each table commit: when the published version the commit
   builds on is gone, the job rebases on the newer ``__manifest`` if there is one (a cleanup
   removed a version that is no longer published), else fails with a typed error naming the
-  table.
+  table; any other storage or decoding error of the table (a full disk, a truncated data file)
+  becomes its typed error naming the table and the file (:func:`lancepart.error_mapping.table_error`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import lance
 from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata
 
+from lancepart.error_mapping import table_error
 from lancepart.errors import DataFilesMissingError
 from lancepart.manifest import Manifest, ManifestConflict, is_not_found, join_uri
 from lancepart.parallel import map_threads
@@ -105,8 +107,12 @@ def commit_on_published(manifest: Manifest, snapshot_version: int, object_id: st
     try:
         return commit()
     except (OSError, ValueError, RuntimeError) as e:
-        if not is_not_found(e):
-            raise
+        if not is_not_found(e):  # full, forbidden, a data file that cannot be decoded: named with the table
+            typed = table_error(e, manifest.root, object_id, location, version=published,
+                                storage_options=manifest.storage_options)
+            if typed is None:
+                raise
+            raise typed from e
         latest = manifest.dataset().version
         if latest != snapshot_version:
             raise ManifestConflict(f"{object_id}: published version {published} removed by a cleanup; "

@@ -602,6 +602,7 @@ def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: 
 
     >>> # replace_where(ns, day_rows, "event_date = DATE '2025-12-10'").details["rows_deleted"]
     """
+    from lancepart.error_mapping import table_errors
     from lancepart.maintenance.delete import deletion_files, entire_tables, matching_addresses
     from lancepart.read.prune import prune
 
@@ -647,8 +648,9 @@ def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: 
                 frags = ds.get_fragments()
                 d = Deletions(oid, loc, v, [], [f.fragment_id for f in frags], sum(f.count_rows() for f in frags))
             else:
-                addr = matching_addresses(ds, read_schema, where, scan.get("filter"))
-                updated, removed = deletion_files(ds, addr) if len(addr) else ([], [])
+                with table_errors(manifest.root, oid, loc, version=v, storage_options=so):  # named: table, file
+                    addr = matching_addresses(ds, read_schema, where, scan.get("filter"))
+                    updated, removed = deletion_files(ds, addr) if len(addr) else ([], [])
                 d = Deletions(oid, loc, v, updated, removed, len(addr))
             cache[(oid, v)] = d
             return d
