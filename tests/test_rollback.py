@@ -148,6 +148,27 @@ def test_rollback_to_the_current_state_publishes_nothing(ns):
     assert result.partitions_touched == 0 and manifest_version(ns.root) == v
 
 
+def test_a_rollback_to_the_snapshot_already_read_publishes_nothing(ns):
+    """Issue 21 item 6: after rollback(N), the namespace reads as N did, through copies of N's
+    table versions; rollback(N) again (or to the version the first rollback made) published a
+    new __manifest version touching every partition. It publishes nothing (docs/history.md)."""
+    n = manifest_version(ns.root)
+    ns.write(demo_events(100, seed=2, start_id=10_000, days=2), batch_id="b2")
+    first = ns.rollback(n)
+    assert first.partitions_touched > 0
+    v = manifest_version(ns.root)
+    pins = {p.object_id: p.read_version for p in ns.partitions()}
+    for target in (n, first.manifest_version):
+        again = ns.rollback(target)
+        assert (again.partitions_touched, again.details["restored"], again.details["removed"]) == (0, [], []), target
+        assert again.manifest_version == manifest_version(ns.root) == v
+    assert {p.object_id: p.read_version for p in ns.refresh().partitions()} == pins
+    assert published_ids(ns.root) == published_ids(ns.root, n)
+    # a table whose published version differs from N's in content is still restored
+    ns.delete("id % 2 = 0")
+    assert ns.rollback(n).partitions_touched > 0 and published_ids(ns.root) == published_ids(ns.root, n)
+
+
 def test_refused_versions_and_read_only_handles_publish_nothing(ns):
     v = manifest_version(ns.root)
     with pytest.raises(InvalidArgumentError, match="latest"):

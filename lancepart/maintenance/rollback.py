@@ -8,6 +8,9 @@
   fragments removed: :func:`lancepart.write.tables.commit_exactly`), and ``read_version`` moves
   *forward* to it, so published table versions only ever increase and a writer holding the
   old ``read_version`` rebases as after any publish;
+* a partition table whose published version already holds exactly the fragments and schema of
+  the version N pinned (the copy an earlier rollback to N made) is left as it is: a rollback to
+  the snapshot the namespace already reads publishes nothing;
 * a partition table N did not have (created, or first published, after N) leaves
   ``__manifest`` as ``drop_partitions`` removes it; a reservation without a published version
   (a writer running now) stays;
@@ -87,6 +90,18 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
                                  else pa.nulls(rows.num_rows, f.type) for f in schema], schema=schema)
 
 
+def _table_content(root: str, location: str, version: int, storage_options: Mapping[str, str] | None
+                   ) -> tuple[frozenset[Any], pa.Schema] | None:
+    """What a reader of version ``version`` of the table at ``location`` reads: its fragments (data
+    and deletion files) and its schema; None when that version cannot be opened."""
+    try:
+        ds = lance.dataset(join_uri(root, location), version=version,
+                           storage_options=dict(storage_options) if storage_options else None)
+    except (OSError, ValueError):
+        return None
+    return frozenset(_ident(f.metadata) for f in ds.get_fragments()), ds.schema
+
+
 def restore_table(root: str, location: str, version: int, storage_options: Mapping[str, str] | None) -> int:
     """Commit, on the latest version of the table at ``location``, a version whose fragments are
     exactly those of ``version``; return it (always newer than every existing version)."""
@@ -125,14 +140,37 @@ def rollback(ns: PartitionedNamespace, version: int, *, max_retries: int = 20) -
             f"later version")
     wanted = _partition_tables(target.rows)
     done: dict[str, tuple[Any, int]] = {}  # object_id -> (its pins when committed, the table version made)
+    same: dict[tuple[str, Any], bool] = {}  # (object_id, its pins now) -> whether it reads as N's version
+
+    def reads_as_wanted(snap_have: dict[str, dict[str, Any]], oids: list[str]) -> set[str]:
+        """Of ``oids`` (tables N pinned at a main version that now read another one), those whose
+        version now holds exactly the fragments and schema of N's: a table a rollback to N already
+        restored (its copy of N's version) reads as N did, and is left as it is."""
+        todo = [o for o in oids if (o, _pins(snap_have[o])) not in same]
+
+        def check(oid: str) -> bool:
+            now, want = snap_have[oid], wanted[oid]
+            if now["location"] != want["location"] or now["read_branch"] is not None or now["read_tag"] is not None:
+                return False
+            have_now = _table_content(ns.root, now["location"], now["read_version"], manifest.storage_options)
+            then = _table_content(ns.root, want["location"], want["read_version"], manifest.storage_options)
+            return (have_now is not None and then is not None and have_now[0] == then[0]
+                    and have_now[1].equals(then[1], check_metadata=True))
+
+        for oid, result in zip(todo, map_threads(check, todo), strict=True):
+            same[(oid, _pins(snap_have[oid]))] = result
+        return {o for o in oids if same[(o, _pins(snap_have[o]))]}
 
     def mutate(snap: ManifestSnapshot) -> tuple[pa.Table | None, dict[str, Any]]:
         rows = snap.rows
         have = _partition_tables(rows)
         restore, repin, bring_back = [], [], []
+        differ = [oid for oid, want in wanted.items() if _pins(want) is not None and _pins(have.get(oid)) is not None
+                  and _pins(have[oid]) != _pins(want) and want["read_branch"] is None and want["read_tag"] is None]
+        already = reads_as_wanted(have, differ)
         for oid, want in wanted.items():
             now = have.get(oid)
-            if _pins(want) is None or _pins(now) == _pins(want):
+            if _pins(want) is None or _pins(now) == _pins(want) or oid in already:
                 continue
             if want["read_branch"] is not None or want["read_tag"] is not None:
                 repin.append(oid)  # N pinned a branch or tag: its row as it was, no table commit
