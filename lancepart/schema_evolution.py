@@ -37,7 +37,13 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation
 
-from lancepart.errors import CommitConflictError, InvalidArgumentError, SchemaChangedError, SchemaMismatchError
+from lancepart.errors import (
+    CommitConflictError,
+    InvalidArgumentError,
+    LancepartError,
+    SchemaChangedError,
+    SchemaMismatchError,
+)
 from lancepart.manifest import OPERATION_PROPERTY, LanceCommitConflictError, Manifest, backoff
 from lancepart.results import CommitResult
 from lancepart.spec import (
@@ -436,7 +442,10 @@ def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max
             return None
         uri = join_uri(manifest.root, location)
         published = row["read_version"]
-        if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
+        try:
+            if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
+                return None
+        except (OSError, ValueError):  # a table that cannot be opened: left out, its own upgrade names it
             return None
         version = _evolve_on_published(uri, so, published, md, schema)
         return None if version is None else (oid, published, version)
@@ -549,7 +558,7 @@ def upgrade_outdated(ns: Any, filter: str | None = None) -> tuple[int, dict[str,
             if ds is None or is_current(ds.schema, md, ns.schema):
                 return False
             return upgrade_table(ns.manifest, p.object_id, p.location)[0] is not None
-        except (CommitConflictError, SchemaMismatchError, OSError, ValueError) as e:
+        except (LancepartError, OSError, ValueError) as e:  # a table that cannot be opened: typed, named
             return f"{type(e).__name__}: {e}"
 
     results = map_threads(one, parts)  # the ones a concurrent commit kept out of the batch, one by one

@@ -364,6 +364,27 @@ def test_compact_cli_exits_3_when_a_table_was_skipped(small, capsys):
     assert json.loads(capsys.readouterr().out)["partitions_touched"] == 0
 
 
+def test_a_deleted_table_directory_after_a_schema_change_is_listed_and_the_cli_exits_3(small, capsys):
+    """Issue 21 item 7: after update_schema, compaction first brings old tables up to the new
+    schema; a partition table whose directory was deleted made that step raise a raw ValueError
+    (`lancepart compact`: exit 1, "unexpected ValueError"). The table is now listed in the
+    result's failures, the other eleven are compacted and published, and the CLI exits 3."""
+    from lancepart.cli import main
+
+    ns, _ = small
+    ns.update_schema(add=[pa.field("note", pa.utf8())])
+    victim = ns.partitions()[5]
+    shutil.rmtree(table_uri(ns, victim.location))
+    result = ns.compact()
+    assert list(result.failures) == [victim.object_id], result.failures
+    assert victim.object_id in result.failures[victim.object_id]
+    assert result.partitions_touched == 11
+    capsys.readouterr()
+    assert main(["compact", ns.root, "--json", "-q"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["failures"]) == [victim.object_id] and out["partitions_touched"] == 0
+
+
 @pytest.mark.spark
 def test_spark_compaction_isolates_a_corrupt_table(small, spark, capsys):
     from lancepart import spark as lps
