@@ -22,12 +22,6 @@ class SchemaMismatchError(LancepartError, ValueError):
     """Input data does not match the namespace schema."""
 
 
-class SchemaChangedError(SchemaMismatchError):
-    """The namespace schema changed while an operation ran (a concurrent ``update_schema`` and
-    the upgrade of a table it wrote to); nothing was committed. Retryable: the operation is run
-    again on the new schema (``ns.write`` of a table and ``ns.merge`` do so on their own)."""
-
-
 class NamespaceNotFoundError(LancepartError, FileNotFoundError):
     """No partitioned namespace (or the named child namespace) exists at the path."""
 
@@ -44,6 +38,12 @@ class RetryableError(LancepartError):
     >>> # try: ns.write(batch, batch_id=b)
     >>> # except RetryableError: time.sleep(5); ns.refresh().write(batch, batch_id=b)
     """
+
+
+class SchemaChangedError(SchemaMismatchError, RetryableError):
+    """The namespace schema changed while an operation ran (a concurrent ``update_schema`` and
+    the upgrade of a table it wrote to); nothing was committed. Retryable: the operation is run
+    again on the new schema (``ns.write`` of a table and ``ns.merge`` do so on their own)."""
 
 
 class CommitConflictError(RetryableError):
