@@ -24,6 +24,7 @@ from typing import Any
 import lance
 
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
+from lancepart.ids import SPEC_KEY_PREFIX
 from lancepart.manifest import (
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
@@ -32,7 +33,6 @@ from lancepart.manifest import (
     Manifest,
     ManifestSnapshot,
 )
-from lancepart.namespace import SPEC_KEY_PREFIX
 from lancepart.write.batches import BATCH_ID_PROPERTY
 
 # Lance operations on __manifest that lancepart makes without a label of its own

@@ -22,9 +22,27 @@ _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 _ID_SPACE = 36**ID_LENGTH
 
 
+#: Root property of each partition spec version: ``partition_spec_v<N>``.
+SPEC_KEY_PREFIX = "partition_spec_v"
+
+
 def spec_namespace(spec_id: int) -> str:
     """The spec version namespace name: ``v<N>``."""
     return f"v{spec_id}"
+
+
+def partition_spec_id(object_id: str) -> int | None:
+    """The spec version of a partition table id ``v<N>$...$dataset``; None for any other table
+    (a root-level table of a directory namespace is not a partition).
+
+    >>> partition_spec_id("v2$k7m2a1b2c3d4e5f6$dataset"), partition_spec_id("events")
+    (2, None)
+    """
+    parts = object_id.split(DELIMITER)
+    head = parts[0]
+    if len(parts) < 2 or parts[-1] != TABLE_NAME or head[:1] != "v" or not head[1:].isdigit():
+        return None
+    return int(head[1:])
 
 
 def _base36(n: int) -> str:

@@ -41,7 +41,7 @@ from lancepart.results import CleanupStats, CommitResult, PartitionInfo, VerifyR
 from lancepart.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
 
 SCHEMA_KEY = "schema"
-SPEC_KEY_PREFIX = "partition_spec_v"
+SPEC_KEY_PREFIX = _ids.SPEC_KEY_PREFIX
 _PLAN_CACHE = 64  # scan plans a handle keeps per snapshot (filter -> kept partitions)
 _DATASET_CACHE = 1024  # partition tables a handle keeps open for searches
 # what a failed create or cleanup says instead of "nothing was published" (lancepart.error_mapping)
@@ -91,16 +91,6 @@ def _resolve_root(root: str | os.PathLike[str]) -> str:
     if root_s.startswith("file:///"):
         root_s = "file://" + posixpath.normpath(root_s[len("file://"):])
     return root_s
-
-
-def _partition_spec_id(object_id: str) -> int | None:
-    """The spec version of a partition table id ``v<N>$...$dataset``; None for any other table
-    (a root-level table of a directory namespace is not a partition)."""
-    parts = object_id.split(_ids.DELIMITER)
-    head = parts[0]
-    if len(parts) < 2 or parts[-1] != _ids.TABLE_NAME or head[:1] != "v" or not head[1:].isdigit():
-        return None
-    return int(head[1:])
 
 
 class PartitionedNamespace:
@@ -404,7 +394,7 @@ class PartitionedNamespace:
                             if c.startswith("partition_field_")}
         out = []
         for i, row in enumerate(tables.select(cols).to_pylist()):  # one row per partition table
-            spec_id = _partition_spec_id(row["object_id"])
+            spec_id = _ids.partition_spec_id(row["object_id"])
             if spec_id is None:
                 continue
             spec = self._specs.get(spec_id)

@@ -116,7 +116,7 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
                    still_wanted: Callable[[ManifestSnapshot], None] | None = None) -> CommitResult:
     """Apply ``op_json`` to the published version of every partition table and move all the
     changed ``read_version`` in ONE ``__manifest`` commit (rebased like a delete's publish)."""
-    from lancepart.namespace import _partition_spec_id
+    from lancepart.ids import partition_spec_id
 
     started = time.monotonic()
     apply = apply_tables or apply_on_threads(manifest, op_json)
@@ -127,7 +127,7 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
         if still_wanted is not None:
             still_wanted(snap)
         cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
-        rows = [r for r in snap.table_pins().select(cols).to_pylist() if _partition_spec_id(r["object_id"]) is not None]
+        rows = [r for r in snap.table_pins().select(cols).to_pylist() if partition_spec_id(r["object_id"]) is not None]
         pinned = sorted(r["object_id"] for r in rows if r["read_branch"] is not None or r["read_tag"] is not None)
         rows = [r for r in rows if r["read_version"] is not None and r["object_id"] not in set(pinned)]
         todo = [(r["object_id"], r["location"], r["read_version"]) for r in rows
@@ -233,12 +233,12 @@ def coverage(root: str, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration
     """Per declaration: how many published partition tables there are, how many have at least
     ``min_rows`` rows, how many carry the index, and the object ids of those above the
     threshold without it."""
-    from lancepart.namespace import _partition_spec_id
+    from lancepart.ids import partition_spec_id
 
     so = dict(storage_options) if storage_options else None
     cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
     rows = [r for r in snap.table_pins().select(cols).to_pylist()
-            if _partition_spec_id(r["object_id"]) is not None and r["read_version"] is not None]
+            if partition_spec_id(r["object_id"]) is not None and r["read_version"] is not None]
 
     def one(r: dict[str, Any]) -> tuple[str, int, set[str]]:
         uri = join_uri(root, check_location(r["location"], r["object_id"], root))

@@ -235,7 +235,7 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
 
     >>> # delete(ns, "user_id = 42").details["rows_deleted"]
     """
-    from lancepart.namespace import _partition_spec_id
+    from lancepart.ids import partition_spec_id
     from lancepart.read.prune import prune
 
     if not isinstance(filter, str) or not filter.strip():
@@ -256,7 +256,7 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
         except InvalidArgumentError as e:
             raise InvalidFilterError(str(e)) from None
         cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
-        rows = [r for r in pruned.kept.select(cols).to_pylist() if _partition_spec_id(r["object_id"]) is not None]
+        rows = [r for r in pruned.kept.select(cols).to_pylist() if partition_spec_id(r["object_id"]) is not None]
         entire = entire_tables(filter, schema, specs, snap.table_pins())
         todo = []
         for r in rows:

@@ -66,12 +66,12 @@ _PIN_COLUMNS = ("read_version", "read_branch", "read_tag")
 
 def _partition_tables(rows: pa.Table) -> dict[str, dict[str, Any]]:
     """object_id -> row of every partition table row (``v<N>$...$dataset``)."""
-    from lancepart.namespace import _partition_spec_id
+    from lancepart.ids import partition_spec_id
 
     out = {}
     cols = rows.select(["object_id", "object_type", "location", *_PIN_COLUMNS]).to_pylist()
     for i, r in enumerate(cols):
-        if r["object_type"] == "table" and _partition_spec_id(r["object_id"]) is not None:
+        if r["object_type"] == "table" and partition_spec_id(r["object_id"]) is not None:
             out[r["object_id"]] = {**r, "_row": i}
     return out
 

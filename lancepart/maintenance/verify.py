@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import LancepartError, UnsafeLocationError
-from lancepart.ids import check_location
+from lancepart.ids import SPEC_KEY_PREFIX, check_location
 from lancepart.index import IndexDeclaration, declarations, index_state
 from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
 from lancepart.parallel import map_threads
@@ -56,7 +56,6 @@ log = logging.getLogger("lancepart.maintenance")
 MANIFEST_OBJECT = "__manifest"
 TRACKED_TYPES = ("data file", "deletion file", "index file")
 MAX_FILES_PER_TABLE = 10  # missing files reported one by one per table; the rest summed up
-SPEC_KEY_PREFIX = "partition_spec_v"
 
 
 @dataclass

@@ -155,12 +155,12 @@ def commit_change(uri: str, base_version: int | None, updated: Sequence[Fragment
 
 def partition_tables(snap: ManifestSnapshot, object_ids: set[str] | None = None) -> Candidates:
     """The partition tables of ``snap`` (those in ``object_ids`` only, when given) as candidates."""
-    from lancepart.namespace import _partition_spec_id
+    from lancepart.ids import partition_spec_id
 
     pins = snap.table_pins().select(["object_id", "location", "read_version", "read_branch", "read_tag"])
     return {r["object_id"]: (r["location"], r["read_version"], r["read_branch"], r["read_tag"])
             for r in pins.to_pylist()
-            if _partition_spec_id(r["object_id"]) is not None and (object_ids is None or r["object_id"] in object_ids)}
+            if partition_spec_id(r["object_id"]) is not None and (object_ids is None or r["object_id"] in object_ids)}
 
 
 def _check_main(candidates: Candidates, what: str) -> None:
