@@ -23,7 +23,7 @@ from typing import Any
 
 import lance
 
-from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
+from lancepart.errors import InvalidArgumentError, NamespaceNotFoundError, SnapshotExpiredError
 from lancepart.ids import SPEC_KEY_PREFIX
 from lancepart.manifest import (
     OPERATION_PROPERTY,
@@ -113,6 +113,11 @@ def snapshot_at(manifest: Manifest, *, version: int | None = None, as_of: dateti
     saying how far back time travel reaches."""
     if (version is None) == (as_of is None):
         raise InvalidArgumentError("give exactly one of version= and as_of=")
+    if isinstance(version, int) and not isinstance(version, bool) and version >= 1:
+        try:  # a version that is there needs no listing of every retained one (one read per version)
+            return _partitioned(manifest, manifest.snapshot(version), f"version={version}")
+        except NamespaceNotFoundError:  # beyond the latest, or removed by a cleanup: the checks below say which
+            pass
     retained = retained_versions(manifest.dataset())
     oldest, newest = retained[0], retained[-1]
     reach = (f"time travel reaches back to __manifest version {oldest[0]} ({oldest[1].isoformat()}); "
