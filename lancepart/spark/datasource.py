@@ -6,11 +6,11 @@ the same paths as :func:`lancepart.spark.write` and :func:`lancepart.spark.read`
   runs in ``mapInArrow``); each task's fragment metadata travels back as its commit message;
   the driver's ``commit`` publishes everything in ONE ``__manifest`` commit
   (:func:`lancepart.spark.write.publish_fragments`). ``abort`` publishes nothing.
-* ``spark.read.format("lancepart").load(root)``: DataFrame filters Spark offers
-  (``pushFilters``) are translated into one SQL filter for the pruner
-  (:meth:`PartitionedNamespace.scan_plan`) and applied exactly on the executors by
-  :func:`lancepart.spark.read.scan_batches`; a filter that cannot be translated exactly stays
-  with Spark. One input partition per kept partition table.
+* ``spark.read.format("lancepart").load(root)``: the ``__manifest`` version that is the latest
+  at ``load()`` is read by every query of the DataFrame. Spark applies the DataFrame's filters
+  after the scan: Spark 4 reuses one read plan for several queries of a DataFrame, so the plan
+  must not depend on the filters of one of them (:class:`LancepartReader`). One input partition
+  per partition table.
 * ``df.writeStream.format("lancepart").option("checkpointLocation", dir).start(root)``: each
   micro-batch publishes with the batch id ``spark-streaming:<query id>:<batch id>``, so a
   micro-batch Spark replays after a crash (published, not yet in the checkpoint's commit log)
@@ -137,15 +137,40 @@ def storage_options(options: Mapping[str, str]) -> dict[str, str] | None:
     return so or None
 
 
-def _open(options: Mapping[str, str]):
-    """The namespace the options name, at option ``version`` if given."""
+def _open(options: Mapping[str, str], load_version: int | None = None):
+    """The namespace the options name, at option ``version`` if given, else at ``load_version``
+    (the latest version when the data source was created, :func:`_latest_version`), else at the
+    latest version."""
     from lancepart.namespace import PartitionedNamespace
 
     version = _int_option(options, "version", None, 1)
+    root, so = _root(options), storage_options(options)
+    if version is None and load_version is not None:
+        try:
+            return PartitionedNamespace.open(root, storage_options=so, version=load_version)
+        except SnapshotExpiredError as e:
+            raise SnapshotExpiredError(f"__manifest version {load_version}, the latest one when this DataFrame or "
+                                       f"view was loaded, is gone; load it again to read the latest version: "
+                                       f"{e}") from None
     try:  # a version: a read-only handle on that __manifest snapshot (time travel, docs/history.md)
-        return PartitionedNamespace.open(_root(options), storage_options=storage_options(options), version=version)
+        return PartitionedNamespace.open(root, storage_options=so, version=version)
     except (SnapshotExpiredError, InvalidArgumentError) as e:
         raise type(e)(f"option 'version'={version}: {e}") from None
+
+
+def _latest_version(options: Mapping[str, str]) -> int | None:
+    """The latest ``__manifest`` version of the namespace the options name; None without a
+    ``path`` (a catalog table), with option ``version`` (it names the version) or when there is
+    no namespace yet (a write creating it; a read says so when Spark asks for the schema)."""
+    from lancepart.errors import NamespaceNotFoundError
+    from lancepart.manifest import Manifest
+
+    if not options.get("path") or options.get("version") is not None:
+        return None
+    try:
+        return Manifest(normalize_root(_root(options)), storage_options(options)).latest_version()
+    except NamespaceNotFoundError:
+        return None
 
 
 # --------------------------------------------------------------------------- results
@@ -576,13 +601,22 @@ def filter_sql(f: Filter, schema: pa.Schema) -> str | None:
 
 # --------------------------------------------------------------------------- reading
 class LancepartReader(DataSourceReader):
-    """Plans on the driver through ``__manifest`` (one snapshot), scans on the executors."""
+    """Plans on the driver through ``__manifest`` (one snapshot), scans on the executors.
 
-    def __init__(self, options: Mapping[str, str], schema) -> None:
+    What it reads depends on the data source's options and ``load_version`` only, never on the
+    filters of a query. Spark 4.3 keeps ONE read plan (this reader, pickled, and its input
+    partitions) on the relation of a DataFrame or temporary view: the plan of its first query,
+    replaced by the plan of each later query that offers filters, and used as it is by every
+    other query of the relation (a plain ``count()``, ``cache()``, ``checkpoint()``, a filter
+    Spark cannot hand to a Python data source) and by every scan of it within one query (a
+    self-join, a union of two filters). A plan pruned for one query's filters would silently
+    drop the rows of the others."""
+
+    def __init__(self, options: Mapping[str, str], schema, load_version: int | None = None) -> None:
         self.options = dict(options)
         self.schema = schema
-        self.filters: list[str] = []
-        self.ns_schema = _open(self.options).schema
+        self.load_version = load_version
+        self.ns_schema = _open(self.options, load_version).schema
         from lancepart.errors import SchemaMismatchError
 
         unknown = [f.name for f in schema.fields if self.ns_schema.get_field_index(f.name) < 0]
@@ -591,20 +625,16 @@ class LancepartReader(DataSourceReader):
                                       f"(columns: {self.ns_schema.names})")
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        for f in filters:
-            sql = filter_sql(f, self.ns_schema)
-            if sql is None:
-                yield f  # Spark applies it after the scan
-            else:
-                self.filters.append(sql)
-        log.debug("lancepart data source: filters pushed %s", self.filters)
+        # Every filter stays with Spark, which applies it after the scan. The plan this reader
+        # makes may serve another query of the same DataFrame (see the class docstring), so it
+        # must not prune by these filters (filter_sql says which ones it could prune by exactly).
+        yield from filters
 
     def partitions(self) -> list[InputPartition]:
         from lancepart.spark.read import plan_read
 
-        ns = _open(self.options)
-        filter = " AND ".join(f"({s})" for s in self.filters) or None
-        parts, filter, scan_filter = ns.scan_plan(filter)
+        ns = _open(self.options, self.load_version)
+        parts, filter, scan_filter = ns.scan_plan(None)
         tasks = plan_read(ns.root, parts, _int_option(self.options, "split_rows", None, 1), ns.storage_options)
         log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d tasks",
                  ns.root, ns.manifest_version, len(parts), len(tasks))
@@ -638,6 +668,13 @@ class LancepartReader(DataSourceReader):
 class LancepartDataSource(DataSource):
     """``format("lancepart")``: a partitioned namespace root as a Spark table."""
 
+    def __init__(self, options) -> None:
+        super().__init__(options)
+        # Spark creates the data source once per relation (load(), CREATE TEMPORARY VIEW) and every
+        # read of the relation starts from this object: each query of a DataFrame reads the
+        # __manifest version that was the latest at load, as the read plan Spark may reuse does
+        self.load_version = _latest_version(self.options)
+
     @classmethod
     def name(cls) -> str:
         return NAME
@@ -645,10 +682,10 @@ class LancepartDataSource(DataSource):
     def schema(self):
         from lancepart.spark.read import spark_schema
 
-        return spark_schema(_open(self.options).schema)
+        return spark_schema(_open(self.options, self.load_version).schema)
 
     def reader(self, schema) -> LancepartReader:
-        return LancepartReader(self.options, schema)
+        return LancepartReader(self.options, schema, self.load_version)
 
     def writer(self, schema, overwrite: bool) -> LancepartWriter:
         return LancepartWriter(self.options, schema, overwrite)
