@@ -166,3 +166,45 @@ def test_a_dataframe_reads_the_snapshot_of_its_load(spark, tmp_path):
     finally:
         spark.catalog.dropTempView("lp_snapshot")
 
+
+def test_a_dataframe_whose_version_cleanup_removed_says_so(spark, tmp_path):
+    """A DataFrame used after a cleanup removed the __manifest version of its load fails and
+    says to load it again; it never reads another version."""
+    import datetime as dt
+
+    root = str(tmp_path / "ns")
+    create_events_ns(root)
+    lps.write(to_df(spark, events(50, seed=1)), root)
+    df = load(spark, root)
+    lps.write(to_df(spark, events(50, seed=2, start_id=1000)), root)
+    PartitionedNamespace.open(root).cleanup(dt.timedelta(0), allow_short_retention=True)
+    with pytest.raises(Exception, match=r"SnapshotExpiredError: __manifest version \d+, the latest one when this "
+                                        r"DataFrame or view was loaded, is gone; load it again"):
+        df.count()
+    assert load(spark, root).count() == 100
+
+
+def test_option_filter_prunes_and_every_query_keeps_it(spark, filled, oracle):
+    """option("filter", sql) prunes partition tables through __manifest once for the DataFrame:
+    one input partition per kept table, and every query of it (count, WHERE, collect, SQL on a
+    view with the option) reads only matching rows."""
+    rows, by_country, by_day = oracle
+    ns = PartitionedNamespace.open(filled)
+    kept = len(ns.partitions(by_day))
+    assert 0 < kept < len(ns.partitions())
+    df = spark.read.format("lancepart").option("filter", by_day).load(filled)
+    assert df.rdd.getNumPartitions() == kept
+    assert df.count() == len(rows(by_day))
+    assert ids(df.where(by_country).collect()) == rows(f"{by_day} AND {by_country}")
+    assert df.where(by_country).rdd.getNumPartitions() == kept
+    assert ids(df.collect()) == rows(by_day)
+    spark.sql(f"""CREATE OR REPLACE TEMPORARY VIEW lp_day USING lancepart
+                  OPTIONS (path '{filled}', filter "{by_day}")""")
+    try:
+        assert spark.sql("SELECT count(*) AS n FROM lp_day").first()["n"] == len(rows(by_day))
+        assert ids(spark.sql(f"SELECT id FROM lp_day WHERE {by_country}").collect()) == rows(
+            f"{by_day} AND {by_country}")
+    finally:
+        spark.catalog.dropTempView("lp_day")
+    with pytest.raises(Exception, match=r"InvalidArgumentError: option 'filter': filter 'nope = 1': unknown column"):
+        spark.read.format("lancepart").option("filter", "nope = 1").load(filled).count()

@@ -9,8 +9,10 @@ the same paths as :func:`lancepart.spark.write` and :func:`lancepart.spark.read`
 * ``spark.read.format("lancepart").load(root)``: the ``__manifest`` version that is the latest
   at ``load()`` is read by every query of the DataFrame. Spark applies the DataFrame's filters
   after the scan: Spark 4 reuses one read plan for several queries of a DataFrame, so the plan
-  must not depend on the filters of one of them (:class:`LancepartReader`). One input partition
-  per partition table.
+  must not depend on the filters of one of them (:class:`LancepartReader`). Option ``filter``
+  (SQL) prunes partition tables through ``__manifest`` for the whole DataFrame
+  (:meth:`PartitionedNamespace.scan_plan`) and is applied exactly on the executors by
+  :func:`lancepart.spark.read.scan_batches`. One input partition per kept partition table.
 * ``df.writeStream.format("lancepart").option("checkpointLocation", dir).start(root)``: each
   micro-batch publishes with the batch id ``spark-streaming:<query id>:<batch id>``, so a
   micro-batch Spark replays after a crash (published, not yet in the checkpoint's commit log)
@@ -77,7 +79,7 @@ RESULTS_DIR_ENV = "LANCEPART_RESULTS_DIR"
 
 # options the data source reads itself; every other one is a storage option (Spark lower-cases keys)
 OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file", "version", "split_rows", "spec",
-           "result_path", "replacewhere")
+           "result_path", "replacewhere", "filter")
 # options Spark itself passes along, never storage options
 SPARK_OPTIONS = ("checkpointlocation", "paths")
 
@@ -603,8 +605,8 @@ def filter_sql(f: Filter, schema: pa.Schema) -> str | None:
 class LancepartReader(DataSourceReader):
     """Plans on the driver through ``__manifest`` (one snapshot), scans on the executors.
 
-    What it reads depends on the data source's options and ``load_version`` only, never on the
-    filters of a query. Spark 4.3 keeps ONE read plan (this reader, pickled, and its input
+    What it reads depends on the data source's options (``filter`` prunes) and ``load_version``
+    only, never on the filters of a query. Spark 4.3 keeps ONE read plan (this reader, pickled, and its input
     partitions) on the relation of a DataFrame or temporary view: the plan of its first query,
     replaced by the plan of each later query that offers filters, and used as it is by every
     other query of the relation (a plain ``count()``, ``cache()``, ``checkpoint()``, a filter
@@ -627,14 +629,18 @@ class LancepartReader(DataSourceReader):
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         # Every filter stays with Spark, which applies it after the scan. The plan this reader
         # makes may serve another query of the same DataFrame (see the class docstring), so it
-        # must not prune by these filters (filter_sql says which ones it could prune by exactly).
+        # must not prune by these filters (filter_sql says which ones it could prune by exactly);
+        # option 'filter' prunes, the same for every query of the DataFrame.
         yield from filters
 
     def partitions(self) -> list[InputPartition]:
         from lancepart.spark.read import plan_read
 
         ns = _open(self.options, self.load_version)
-        parts, filter, scan_filter = ns.scan_plan(None)
+        try:
+            parts, filter, scan_filter = ns.scan_plan(self.options.get("filter"))
+        except LancepartError as e:
+            raise type(e)(f"option 'filter': {e}") from None
         tasks = plan_read(ns.root, parts, _int_option(self.options, "split_rows", None, 1), ns.storage_options)
         log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d tasks",
                  ns.root, ns.manifest_version, len(parts), len(tasks))
