@@ -40,7 +40,6 @@ from lance import LanceOperation
 from lancepart.errors import (
     CommitConflictError,
     InvalidArgumentError,
-    LancepartError,
     SchemaChangedError,
     SchemaMismatchError,
 )
@@ -533,37 +532,6 @@ def _evolve_table(uri: str, so: dict[str, str] | None, namespace_md: Mapping[str
         log.debug("table %s column order %s differs from the namespace schema's %s", uri, ds.schema.names,
                   schema.names)
     return ds.version
-
-
-def upgrade_outdated(ns: Any, filter: str | None = None) -> tuple[int, dict[str, str]]:
-    """Bring every partition table ``filter`` selects that is in an older form of the schema up
-    to date (:func:`upgrade_table`); ``(tables upgraded, {object_id: why it was skipped})``.
-    Compaction runs this first: it rewrites old tables into the current schema."""
-    from lancepart.parallel import map_threads
-    from lancepart.read.snapshot import open_published
-
-    md = ns.snapshot().metadata
-    if MAX_FIELD_ID_KEY not in md:  # the schema never changed: every table is current
-        return 0, {}
-    parts = [p for p in ns.partitions(filter) if p.read_branch is None and p.read_tag is None]
-    batched = len(upgrade_tables(ns.manifest, [(p.object_id, p.location) for p in parts]))  # one commit for most
-    if batched:
-        ns.refresh()
-        md = ns.snapshot().metadata
-        parts = [p for p in ns.partitions(filter) if p.read_branch is None and p.read_tag is None]
-
-    def one(p: Any) -> bool | str:
-        try:
-            ds = open_published(ns.root, p, ns.storage_options)
-            if ds is None or is_current(ds.schema, md, ns.schema):
-                return False
-            return upgrade_table(ns.manifest, p.object_id, p.location)[0] is not None
-        except (LancepartError, OSError, ValueError) as e:  # a table that cannot be opened: typed, named
-            return f"{type(e).__name__}: {e}"
-
-    results = map_threads(one, parts)  # the ones a concurrent commit kept out of the batch, one by one
-    failures = {p.object_id: r for p, r in zip(parts, results, strict=True) if isinstance(r, str)}
-    return batched + sum(1 for r in results if r is True), failures
 
 
 def with_legacy_ids(schema: pa.Schema, namespace_md: Mapping[str, str]) -> pa.Schema:

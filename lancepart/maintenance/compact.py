@@ -511,6 +511,38 @@ def finish_compaction(
     return result
 
 
+def upgrade_outdated(ns: PartitionedNamespace, filter: str | None = None) -> tuple[int, dict[str, str]]:
+    """Bring every partition table ``filter`` selects that is in an older form of the schema up
+    to date (:func:`~lancepart.schema_evolution.upgrade_table`); ``(tables upgraded, {object_id:
+    why it was skipped})``. Compaction runs this first: it rewrites old tables into the current
+    schema."""
+    from lancepart.read.snapshot import open_published
+    from lancepart.schema_evolution import MAX_FIELD_ID_KEY, is_current, upgrade_table, upgrade_tables
+
+    md = ns.snapshot().metadata
+    if MAX_FIELD_ID_KEY not in md:  # the schema never changed: every table is current
+        return 0, {}
+    parts = [p for p in ns.partitions(filter) if p.read_branch is None and p.read_tag is None]
+    batched = len(upgrade_tables(ns.manifest, [(p.object_id, p.location) for p in parts]))  # one commit for most
+    if batched:
+        ns.refresh()
+        md = ns.snapshot().metadata
+        parts = [p for p in ns.partitions(filter) if p.read_branch is None and p.read_tag is None]
+
+    def one(p: PartitionInfo) -> bool | str:
+        try:
+            ds = open_published(ns.root, p, ns.storage_options)
+            if ds is None or is_current(ds.schema, md, ns.schema):
+                return False
+            return upgrade_table(ns.manifest, p.object_id, p.location)[0] is not None
+        except (LancepartError, OSError, ValueError) as e:  # a table that cannot be opened: typed, named
+            return f"{type(e).__name__}: {e}"
+
+    results = map_threads(one, parts)  # the ones a concurrent commit kept out of the batch, one by one
+    failures = {p.object_id: r for p, r in zip(parts, results, strict=True) if isinstance(r, str)}
+    return batched + sum(1 for r in results if r is True), failures
+
+
 def compact(
     ns: PartitionedNamespace,
     filter: str | None = None,
@@ -529,8 +561,6 @@ def compact(
     """
     started = time.monotonic()
     ns.refresh()
-    from lancepart.schema_evolution import upgrade_outdated
-
     upgraded, upgrade_failures = upgrade_outdated(ns, filter)  # older tables into the current schema first
     if upgraded:
         ns.refresh()
