@@ -370,3 +370,22 @@ def test_verify_reports_rows_a_foreign_writer_appended_beyond_read_version(root)
     assert lance.dataset(uri, version=now.read_version).count_rows() >= published_rows
     assert ns.to_table().num_rows == 200
     assert sorted(set(ns.to_table().column("id").to_pylist())) == ids_of(ns.to_table())
+
+
+# ------------------------------------------------------------------ found by the model: rollback
+def test_rollback_to_a_partition_that_was_removed_and_made_again_since(root):
+    """A rollback removes a partition; a later write makes it again, in a new table directory
+    under the same object id; rolling forward to the first version must publish that version's
+    table (its directory, its rows), not pin the new table at a version it never had."""
+    ns = create_events_ns(root)
+    ns.write(demo_events(40, seed=1, start_id=0, days=1))
+    v_first = ns.manifest_version
+    ns.write(demo_events(40, seed=2, start_id=100, days=2))  # day 2: new partitions
+    v_both = ns.manifest_version
+    expected = ids_of(ns.to_table())
+    ns.rollback(v_first)  # the day-2 partitions leave __manifest
+    ns.write(demo_events(40, seed=3, start_id=500, days=2))  # and are made again, in new directories
+    ns.rollback(v_both)
+    assert ids_of(published(root)) == expected
+    assert ids_of(ns.refresh().to_table()) == expected
+    assert ns.verify().ok, ns.verify().problems[:2]

@@ -83,6 +83,13 @@ def _pins(row: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
     return tuple(row[c] for c in _PIN_COLUMNS)
 
 
+def _same(now: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
+    """Whether a row reads what ``want`` read: the same pins in the same table directory (a
+    partition removed and made again has the same object id and pins that start over at 1, in
+    another directory)."""
+    return now is not None and _pins(now) == _pins(want) and now["location"] == want["location"]
+
+
 def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """``rows`` (of an older ``__manifest`` version) in ``schema``: partition columns added by a
     later spec evolution are NULL in them."""
@@ -166,11 +173,11 @@ def rollback(ns: PartitionedNamespace, version: int, *, max_retries: int = 20) -
         have = _partition_tables(rows)
         restore, repin, bring_back = [], [], []
         differ = [oid for oid, want in wanted.items() if _pins(want) is not None and _pins(have.get(oid)) is not None
-                  and _pins(have[oid]) != _pins(want) and want["read_branch"] is None and want["read_tag"] is None]
+                  and not _same(have[oid], want) and want["read_branch"] is None and want["read_tag"] is None]
         already = reads_as_wanted(have, differ)
         for oid, want in wanted.items():
             now = have.get(oid)
-            if _pins(want) is None or _pins(now) == _pins(want) or oid in already:
+            if _pins(want) is None or _same(now, want) or oid in already:
                 continue
             if want["read_branch"] is not None or want["read_tag"] is not None:
                 repin.append(oid)  # N pinned a branch or tag: its row as it was, no table commit
@@ -190,23 +197,27 @@ def rollback(ns: PartitionedNamespace, version: int, *, max_retries: int = 20) -
         for oid, v in zip(todo, made, strict=True):
             done[oid] = (_pins(have.get(oid)), v)
         faults.checkpoint("after_table_commits")
+        # a partition removed and made again since N has the same object id but another table
+        # directory: N's version was restored in N's directory, so N's row replaces today's
+        relocated = [o for o in restore if o in have and have[o]["location"] != wanted[o]["location"]]
         # the new rows: removed tables (and the namespaces they leave empty) out, restored ones moved
-        kept, _ = _without(snap, [have[o]["_row"] for o in remove])
-        moved = {o: done[o][1] for o in restore if o in have}
+        kept, _ = _without(snap, [have[o]["_row"] for o in remove + relocated])
+        moved = {o: done[o][1] for o in restore if o in have and o not in relocated}
         if moved:
             kept = set_read_versions(kept, moved)
-        # N's rows of tables re-pinned to a branch or tag or brought back, and of the namespaces
-        # above one brought back that are not there now
+        # N's rows of tables re-pinned to a branch or tag, brought back or relocated, and of the
+        # namespaces above them that are not there now
         present = set(kept.column("object_id").to_pylist())
-        from_target = [o for o in repin + bring_back if o not in moved]
-        ancestors = {_ids.DELIMITER.join(o.split(_ids.DELIMITER)[:k]) for o in bring_back
+        returning = bring_back + relocated
+        from_target = [o for o in repin + returning if o not in moved]
+        ancestors = {_ids.DELIMITER.join(o.split(_ids.DELIMITER)[:k]) for o in returning
                      for k in range(2, len(o.split(_ids.DELIMITER)))} - present
         t_index = {o: i for i, o in enumerate(target.rows.column("object_id").to_pylist())}
         if repin:
             kept = kept.filter(pc.invert(pc.is_in(kept.column("object_id"), pa.array(repin, pa.utf8()))))
         added = target.rows.take(pa.array([t_index[o] for o in from_target]
                                           + [t_index[a] for a in sorted(ancestors) if a in t_index], pa.int64()))
-        added = set_read_versions(added, {o: done[o][1] for o in bring_back if o in done})
+        added = set_read_versions(added, {o: done[o][1] for o in returning if o in done})
         new_rows = pa.concat_tables([kept, _conform(added, kept.schema)])
         undone, redone = batch_changes(manifest, version, snap.version)
         faults.checkpoint("before_manifest_commit")
