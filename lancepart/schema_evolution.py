@@ -183,6 +183,25 @@ def _check_specs(schema: pa.Schema, metadata: Mapping[str, str]) -> None:
                                               f"evaluate on the new schema: {e}") from None
 
 
+def _index_declarations(metadata: Mapping[str, str], rename: Mapping[str, str], drop: Sequence[str]
+                        ) -> dict[str, str]:
+    """The declared indexes (docs/indexes.md) the change touches, updated in the same commit: a
+    renamed column's declarations follow it (Lance's indexes on the tables follow the field id).
+    Dropping a column a declaration names is refused: drop the index first."""
+    import dataclasses
+
+    from lancepart.index import declarations
+
+    out = {}
+    for d in declarations(metadata):
+        if d.column in drop:
+            raise InvalidArgumentError(f"update_schema drop: column {d.column!r} has the declared index {d.name!r}; "
+                                       f"drop the index first (ns.drop_index({d.name!r})); nothing was published")
+        if d.column in rename:
+            out[d.key] = dataclasses.replace(d, column=rename[d.column]).to_json()
+    return out
+
+
 def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, rename: Mapping[str, str] | None = None,
                   drop: Sequence[str] | None = None, widen: Mapping[str, pa.DataType] | None = None, *,
                   max_retries: int = 20) -> CommitResult:
@@ -201,7 +220,7 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
         new, top = apply_change(current, md, add, rename, drop, widen)
         _check_specs(new, md)
         updates = {SCHEMA_KEY: json.dumps(schema_to_json(new), separators=(",", ":")),
-                   MAX_FIELD_ID_KEY: str(top)}
+                   MAX_FIELD_ID_KEY: str(top), **_index_declarations(md, rename, drop)}
         if LEGACY_FIELD_IDS_KEY not in md:
             updates[LEGACY_FIELD_IDS_KEY] = json.dumps(name_ids(current), separators=(",", ":"), sort_keys=True)
         faults.checkpoint("before_schema_commit")

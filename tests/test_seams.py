@@ -389,3 +389,32 @@ def test_rollback_to_a_partition_that_was_removed_and_made_again_since(root):
     assert ids_of(published(root)) == expected
     assert ids_of(ns.refresh().to_table()) == expected
     assert ns.verify().ok, ns.verify().problems[:2]
+
+
+# ------------------------------------------------------------------ found by the model: indexes
+def test_a_declared_index_follows_a_renamed_column_and_blocks_its_drop(root):
+    """An index declared on a column that is renamed follows it (same commit), so overwrite,
+    compaction and verify keep working; dropping an indexed column is refused with a typed
+    error until the index is dropped."""
+    from lancepart.errors import InvalidArgumentError
+
+    ns = create_events_ns(root)
+    ns.write(demo_events(100, seed=1, days=1))
+    ns.create_index("amount", "BTREE", min_rows=0)
+    ns.update_schema(rename={"amount": "total"})
+    assert [i["column"] for i in ns.list_indexes()] == ["total"]
+    rows = demo_events(10, seed=2, start_id=1_000, days=1).rename_columns(
+        ["total" if n == "amount" else n for n in demo_events(1).column_names])
+    ns.write(rows)
+    ns.write(rows, mode="overwrite")
+    ns.compact()
+    assert ids_of(ns.to_table()) == ids_of(rows)
+    assert ns.verify().ok, ns.verify().problems[:2]
+    before = manifest_version(root)
+    with pytest.raises(InvalidArgumentError, match="drop the index first"):
+        ns.update_schema(drop=["total"])
+    assert manifest_version(root) == before
+    ns.drop_index("amount_btree")
+    ns.update_schema(drop=["total"])
+    ns.write(demo_events(5, seed=3, start_id=2_000, days=1).drop_columns(["amount"]))
+    assert ns.verify().ok
