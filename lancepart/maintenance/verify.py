@@ -255,7 +255,8 @@ def check_unpublished(root: str, info: PartitionInfo, so: Mapping[str, str] | No
     beyond its ``read_version`` (``unpublished_rows``): lancepart does not read them, its next
     commit on the table leaves them out, and cleanup deletes their files (docs/foreign-writers.md).
     lancepart's own unpublished versions (a job that died, one still running) are not reported:
-    its table commits carry :data:`~lancepart.write.tables.TABLE_COMMIT_PROPERTY`."""
+    its commits to an existing table are updates, never appends
+    (:func:`~lancepart.write.tables.foreign_versions`)."""
     from lancepart.write.tables import foreign_versions
 
     latest = lance.dataset(join_uri(root, info.location), storage_options=dict(so) if so else None)

@@ -26,9 +26,6 @@ from lancepart.errors import CommitConflictError, FragmentsGoneError, SchemaChan
 from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, is_commit_conflict, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
-#: Transaction property of every commit lancepart makes to a partition table (what it was for):
-#: a version beyond ``read_version`` without it was made by another writer (verify reports it).
-TABLE_COMMIT_PROPERTY = "lancepart.table_commit"
 
 
 def _ident(frag: FragmentMetadata) -> Ident:
@@ -118,24 +115,21 @@ def check_fields(published: lance.LanceDataset, fragments: Sequence[FragmentMeta
             f"write again")
 
 
-def _marked(op: LanceOperation.BaseOperation, read_version: int, what: str) -> lance.Transaction:
-    return lance.Transaction(read_version=read_version, operation=op,
-                             transaction_properties={TABLE_COMMIT_PROPERTY: what})
-
-
 def foreign_versions(ds: lance.LanceDataset, published: int) -> tuple[list[int], int]:
     """The versions of the table ``ds`` (its latest version) beyond ``published`` that another
-    writer than lancepart made and that add rows (an append, an overwrite, an update writing new
-    fragments), and how many rows they add: work nobody published, which the next lancepart
-    commit on this table leaves out."""
+    writer than lancepart made to add rows, and how many rows they add: work nobody published,
+    which the next lancepart commit on this table leaves out. lancepart changes an existing
+    partition table only with ``Update`` and ``Restore`` commits (and schema and index
+    operations), so an ``Append`` or ``Overwrite`` there is another writer's (``write_dataset``,
+    Lance's directory namespace)."""
     versions, rows = [], 0
     for v in range(published + 1, ds.version + 1):
         tx = ds.read_transaction(v)
-        if tx is None or TABLE_COMMIT_PROPERTY in (tx.transaction_properties or {}):
+        if tx is None:
             continue
         op = tx.operation
-        added = list(getattr(op, "fragments", None) or getattr(op, "new_fragments", None) or [])
-        if isinstance(op, LanceOperation.Append | LanceOperation.Overwrite | LanceOperation.Update) and added:
+        added = list(getattr(op, "fragments", None) or [])
+        if isinstance(op, LanceOperation.Append | LanceOperation.Overwrite) and added:
             versions.append(v)
             rows += sum(f.physical_rows or 0 for f in added)
     return versions, rows
@@ -156,11 +150,11 @@ def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted:
         have = {_ident(f.metadata): f.fragment_id for f in latest.get_fragments()}
         try:
             if not base <= set(have):
-                lance.LanceDataset.commit(uri, _marked(LanceOperation.Restore(base_version), latest.version, what),
+                lance.LanceDataset.commit(uri, LanceOperation.Restore(base_version),
                                           read_version=latest.version, storage_options=storage_options,
                                           commit_lock=lock)
                 continue
-            ours = lance.LanceDataset.commit(uri, _marked(update(have), latest.version, what),
+            ours = lance.LanceDataset.commit(uri, update(have),
                                              read_version=latest.version, storage_options=storage_options,
                                              commit_lock=lock)
         except (LanceCommitConflictError, OSError) as e:
