@@ -152,4 +152,4 @@ def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Se
         del by_oid[w.object_id]
         if ref.object_id in by_oid:  # cannot happen (one write per partition); never drop rows if it does
             raise LancepartError(f"two writes of this job target partition table {ref.object_id}; nothing published")
-        by_oid[ref.object_id] = TableWrite(ref.object_id, ref.location, frags, w.rows)
+        by_oid[ref.object_id] = TableWrite(ref.object_id, ref.location, frags, w.rows, overwrite=w.overwrite)

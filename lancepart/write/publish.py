@@ -1,5 +1,8 @@
-"""Publish a job: commit each touched partition table, then ONE ``__manifest`` commit that
-moves ``read_version`` of all of them (spec "Transaction / Commit Behavior"; docs/design.md §8).
+"""The one publish path: commit each touched partition table, then ONE ``__manifest`` commit
+that moves ``read_version`` of all of them (spec "Transaction / Commit Behavior"; docs/design.md
+§8 and "How an operation flows"). Every operation that changes partition tables (write,
+overwrite, replace-where, merge, delete, compaction, index builds, schema upgrades) builds a
+:class:`TableChange` per table and hands the list to :func:`publish_changes`.
 
 The manifest commit is optimistic (see :mod:`lancepart.manifest`). Its mutation is the
 rebase: on every attempt it re-reads each touched table's published version from the
@@ -19,14 +22,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
-from lancepart.errors import CommitConflictError, LancepartError, PartitionPinnedError
+from lancepart.errors import CommitConflictError, InvalidArgumentError, LancepartError, PartitionPinnedError
+from lancepart.ids import check_location
 from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations
 from lancepart.manifest import (
     OPERATION_PROPERTY,
@@ -52,21 +56,265 @@ if TYPE_CHECKING:
 log = logging.getLogger("lancepart.write")
 
 
+# ---------------------------------------------------------------------------------- the protocol
 @dataclass
-class TableWrite:
-    """Fragments a job wrote into one partition table.
+class TableChange:
+    """One partition table's part of an operation, handed to :func:`publish_changes`.
 
-    ``keys`` (one row of partition values) marks a partition that had no table: ``location`` is
-    a directory this job named, and ``created`` the version of the table it created there with
+    ``commit(published, location)`` makes the change on top of the table's *published* version
+    and returns the version made (None, or ``published`` itself: nothing to change), or a
+    :class:`Made` carrying what the operation wants back (rows deleted, stats); it raises
+    :class:`LeaveOut` to publish the others without this table. Without ``commit`` the change
+    appends ``fragments`` (replaces every fragment with ``overwrite``; replaces ``removed`` by
+    ``fragments``, a compaction's rewrite) with :func:`commit_table`.
+
+    ``keys`` (one row of partition values) marks a partition that had no table: ``location`` is a
+    directory the operation named and ``created`` the version of the table it created there with
     exactly ``fragments`` (:mod:`lancepart.write.create`), published by adding its rows."""
 
     object_id: str
-    location: str
-    fragments: list[FragmentMetadata] = field(default_factory=list)
+    location: str | None = None  # the table's directory; None: the one the snapshot names
+    fragments: list[FragmentMetadata] = field(default_factory=list)  # data files written: checked before publishing
     rows: int = 0
     keys: pa.Table | None = None
     created: int | None = None
     published: int | None = None  # the table's read_version its fragments were written against
+    commit: Callable[[int | None, str], int | Made | None] | None = None
+    overwrite: bool = False
+    removed: list[FragmentMetadata] = field(default_factory=list)
+
+
+TableWrite = TableChange  # the name the writers use: a change that adds fragments
+
+
+@dataclass
+class Made:
+    """What one table's commit made: on its published version ``published``, the version
+    ``version`` (None or ``published``: unchanged), with what the operation reports (``info``)."""
+
+    object_id: str
+    published: int | None
+    version: int | None
+    info: Any = None
+    left_out: str | None = None  # why the table was left out (LeaveOut); then nothing was made
+    failure: bool = False  # left out because its storage failed
+
+    @property
+    def changed(self) -> bool:
+        return self.left_out is None and self.version is not None and self.version != self.published
+
+
+class LeaveOut(Exception):
+    """Raised by a :attr:`TableChange.commit` to publish the operation without its table (a
+    compaction whose rewritten fragments are gone). ``failure``: the table's storage failed."""
+
+    def __init__(self, reason: str, *, failure: bool = False) -> None:
+        super().__init__(reason)
+        self.reason, self.failure = reason, failure
+
+
+@dataclass
+class TableWork:
+    """One table commit to make on an attempt's snapshot: what a :data:`Runner` gets."""
+
+    change: TableChange
+    location: str
+    published: int | None
+
+
+# makes the table commits of one attempt (``snapshot version``, work) elsewhere (Spark tasks);
+# returns a Made per work (``left_out`` set to leave a table out), or raises ManifestConflict to rebase
+Runner = Callable[[int, Sequence[TableWork]], Sequence[Made]]
+
+
+@dataclass
+class Published:
+    """The outcome of :func:`publish_changes`."""
+
+    snapshot: ManifestSnapshot
+    committed: bool  # a __manifest commit landed
+    made: dict[str, Made]  # object_id -> what was published for it (changed tables only)
+    left_out: dict[str, str]  # object_id -> why it was left out
+    failures: dict[str, str]  # of those, the ones whose storage failed
+    retries: int
+    changes: list[TableChange]  # the changes as published (a partition another writer created is adopted)
+    created: int = 0  # tables the operation created and published
+    skipped: Any = None  # the batch record when the batch id was published already
+    commit_tables_s: float = 0.0
+
+
+def publish_changes(
+    manifest: Manifest,
+    changes: Sequence[TableChange] | Callable[[ManifestSnapshot], Sequence[TableChange]],
+    *,
+    what: str,
+    properties: Mapping[str, str] | None = None,
+    properties_of: Callable[[Sequence[Made]], Mapping[str, str]] | None = None,
+    batch_id: str | None = None,
+    new_tables: NewTables | None = None,
+    index_on_write: bool = False,
+    unpublishable: str = "raise",
+    run: Runner | None = None,
+    max_retries: int = 20,
+) -> Published:
+    """THE publish protocol of every operation that changes partition tables (docs/design.md,
+    "How an operation flows"): on a snapshot of ``__manifest``,
+
+    1. the batch id is looked for in every version up to it (found: nothing is published);
+    2. ``changes`` (or ``changes(snapshot)``: an operation that re-plans on each snapshot);
+    3. the tables the operation created get their declared indexes and their ``__manifest``
+       rows (``new_tables``; a partition another writer published first is adopted and the
+       attempt rebased);
+    4. each other table's row is looked up: a table dropped, pinned to a branch or tag, or
+       declared without a ``read_version`` fails the operation (``unpublishable="raise"``) or is
+       left out (``"leave_out"``);
+    5. each table whose published version is not the one an earlier attempt built on is
+       committed on top of it, on the bounded thread pool or by ``run`` (Spark tasks); a version
+       that would move ``read_version`` backwards is an error; with ``index_on_write`` the
+       declared indexes follow each commit;
+    6. every version and data file about to be published is checked present
+       (:func:`check_files_present`);
+    7. ONE ``__manifest`` commit moves every changed ``read_version`` and adds the new tables'
+       rows, through :meth:`Manifest.update`: on a conflict it all reruns on the newer snapshot,
+       redoing only tables whose published version moved.
+
+    After the commit: the batch-id index, the writer flag (:meth:`Manifest.protect`); when the
+    batch was published already, the tables this operation created are removed."""
+    if batch_id is not None:
+        batches.check_batch_id(batch_id)
+    if unpublishable not in ("raise", "leave_out"):
+        raise ValueError(f"unpublishable: 'raise' or 'leave_out', not {unpublishable!r}")
+    by_oid: dict[str, TableChange] = {}
+    done: dict[str, Made] = {}  # object_id -> what was made on its published version, over attempts
+    left_out: dict[str, str] = {}  # never published again: a rewrite's fragments do not come back
+    failures: dict[str, str] = {}
+    indexed: dict[str, int] = {}
+    state: dict[str, Any] = {"skipped": None, "created": 0, "commit_tables_s": 0.0}
+    planned = None if callable(changes) else list(changes)
+    if planned is not None:
+        by_oid.update(_by_object_id(planned))
+
+    def commit_one(snapshot_version: int, decls: Sequence[IndexDeclaration], work: TableWork) -> Made:
+        c = work.change
+        try:
+            out = commit_on_published(manifest, snapshot_version, c.object_id, work.location, work.published,
+                                      lambda: _commit(manifest, c, work))
+        except LeaveOut as e:
+            return Made(c.object_id, work.published, None, left_out=e.reason, failure=e.failure)
+        made = out if isinstance(out, Made) else Made(c.object_id, work.published, out)
+        if made.changed:
+            faults.checkpoint("after_table_commit")
+            if decls:
+                made.version = index_or_warn(manifest, c.object_id, work.location, made.version, decls)
+        return made
+
+    def mutate(snap: ManifestSnapshot):
+        state["skipped"] = None
+        if batch_id is not None and (found := batches.find_batch(manifest, batch_id, snap)) is not None:
+            state["skipped"] = found
+            return None, []
+        if planned is None:
+            by_oid.clear()
+            by_oid.update(_by_object_id(changes(snap)))
+        if not by_oid and batch_id is None:
+            return None, []
+        decls = declarations(snap.metadata) if index_on_write else []
+        if decls:
+            keep_indexes(manifest, [c for c in by_oid.values() if c.created is not None], decls, indexed)
+        added, state["created"] = (new_tables.rows(snap, by_oid) if new_tables is not None else (None, 0))
+        existing = [o for o, c in by_oid.items() if c.created is None and o not in left_out]
+        current = {r["object_id"]: r for r in snap.lookup(existing).select(
+            ["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist()}
+        todo = []
+        for oid in existing:
+            row = current.get(oid)
+            reason = _unpublishable(oid, row, what)
+            if reason is not None:
+                if unpublishable == "raise":
+                    raise reason
+                left_out[oid] = str(reason)
+                continue
+            if oid not in done or done[oid].published != row["read_version"]:
+                todo.append(TableWork(by_oid[oid], by_oid[oid].location
+                                      or check_location(row["location"], oid, manifest.root), row["read_version"]))
+        t = time.monotonic()
+        if todo:
+            made = (run(snap.version, todo) if run is not None
+                    else map_threads(lambda w: commit_one(snap.version, decls, w), todo))
+            for m in made:
+                if m.left_out is not None:
+                    left_out[m.object_id] = m.left_out
+                    if m.failure:
+                        failures[m.object_id] = m.left_out
+                    continue
+                if m.version is not None and m.published is not None and m.version < m.published:
+                    raise LancepartError(f"{m.object_id}: table version {m.version} would move read_version "
+                                         f"{m.published} backwards")
+                done[m.object_id] = m
+        faults.checkpoint("after_table_commits")
+        live = [o for o in existing if o not in left_out]
+        changed = [done[o] for o in live if done[o].changed]
+        new = [c for c in by_oid.values() if c.created is not None]
+        check_files_present(manifest.root, [(m.object_id, by_oid[m.object_id].location or current[m.object_id]
+                                             ["location"], m.version, by_oid[m.object_id].fragments) for m in changed]
+                            + [(c.object_id, c.location, None, c.fragments) for c in new], manifest.storage_options)
+        state["commit_tables_s"] += time.monotonic() - t
+        if not changed and added is None and batch_id is None:
+            return None, []
+        upserts = snap.read_version_changes({m.object_id: m.version for m in changed}).upserts
+        if added is not None:
+            upserts = pa.concat_tables([upserts, added.select(upserts.schema.names).cast(upserts.schema)])
+        faults.checkpoint("before_manifest_commit")
+        return ManifestChanges(upserts=upserts), changed
+
+    snap, changed, retries = manifest.update(mutate, max_retries=max_retries, what=what,
+                                             transaction_properties={
+                                                 **(properties or {}),
+                                                 **(batches.transaction_properties(batch_id) if batch_id else {})},
+                                             properties_of=properties_of)
+    skipped = state["skipped"]
+    committed = skipped is None and (bool(changed) or bool(state["created"]) or batch_id is not None)
+    if skipped is not None:  # the tables this operation created are referenced by no __manifest version
+        for c in by_oid.values():
+            if c.created is not None:
+                remove_table_dir(manifest.root, c.location, manifest.storage_options)
+    if committed:
+        faults.checkpoint("after_manifest_commit")
+        if batch_id is not None or batches.index_exists(manifest):
+            batches.index_quietly(manifest, snap.version)
+        manifest.protect(snap.metadata)  # older namespaces: from now on DirectoryNamespace may not rewrite it
+    return Published(snap, committed, {m.object_id: m for m in changed or []}, dict(left_out), dict(failures),
+                     retries, list(by_oid.values()), state["created"] if committed else 0, skipped,
+                     state["commit_tables_s"])
+
+
+def _by_object_id(changes: Sequence[TableChange]) -> dict[str, TableChange]:
+    out = {c.object_id: c for c in changes if c.fragments or c.commit is not None or c.removed}
+    if len(out) != len([c for c in changes if c.fragments or c.commit is not None or c.removed]):
+        raise ValueError("one change per partition table expected")
+    return out
+
+
+def _unpublishable(oid: str, row: Mapping[str, Any] | None, what: str) -> LancepartError | None:
+    """Why the table ``oid`` (its ``__manifest`` row) cannot take a commit of ``what``, else None."""
+    if row is None:  # dropped (drop_partitions) while the operation ran: a rerun reserves a fresh table
+        return CommitConflictError(f"partition table {oid} was removed from __manifest (dropped) while this "
+                                   f"{what} ran; nothing was published; run it again")
+    if row["read_branch"] is not None or row["read_tag"] is not None:
+        return PartitionPinnedError(
+            f"partition table {oid} is pinned to branch={row['read_branch']!r} tag={row['read_tag']!r}; "
+            f"lancepart changes main only; unpin it first; nothing was published")
+    if row["read_version"] is None:
+        return InvalidArgumentError(f"partition table {oid} is declared without a read_version; nothing was "
+                                    f"published")
+    return None
+
+
+def _commit(manifest: Manifest, c: TableChange, work: TableWork) -> int | Made | None:
+    if c.commit is not None:
+        return c.commit(work.published, work.location)
+    return commit_table(manifest.root, work.location, work.published, c.fragments, overwrite=c.overwrite,
+                        remove=c.removed, storage_options=manifest.storage_options)
 
 
 def already_published(manifest: Manifest, snap: ManifestSnapshot, batch_id: str, started: float
@@ -100,110 +348,37 @@ def publish(
     new_tables: NewTables | None = None,
     index_on_write: bool = True,
 ) -> CommitResult:
-    """Commit every touched table and publish them in one ``__manifest`` commit; ``new_tables``
-    adds the rows of the tables the write created with their data (``TableWrite.created``).
-    With ``index_on_write``, the declared indexes of each touched table are brought up to date on
-    the version published (:func:`keep_indexes`); nothing is done when none is declared."""
+    """Publish a write (append or overwrite): every touched table committed, then one
+    ``__manifest`` commit, by :func:`publish_changes`; ``new_tables`` adds the rows of the tables
+    the write created with their data (``TableWrite.created``). With ``index_on_write``, the
+    declared indexes of each touched table are brought up to date on the version published
+    (:func:`keep_indexes`); nothing is done when none is declared."""
     started = time.monotonic() if started is None else started
-    if batch_id is not None:
-        batches.check_batch_id(batch_id)
     writes = [w for w in writes if w.fragments]
-    by_oid: dict[str, TableWrite] = {w.object_id: w for w in writes}
-    if len(by_oid) != len(writes):
-        raise ValueError("one TableWrite per partition table expected")
-    done: dict[str, tuple[int | None, int]] = {}  # object_id -> (base read_version, our table version)
-    overwrite = mode == "overwrite"
-    skipped: dict[str, batches.BatchRecord | None] = {"value": None}
-    indexed: dict[str, int] = {}  # object_id of a table this write created -> its version before indexing
-    commit_tables_s = [0.0]  # table commits and their file checks, over every attempt
-
-    def mutate(snap: ManifestSnapshot):
-        # every version up to snap.version: a concurrent writer with the same id that committed
-        # first makes our commit conflict, and the rebase then finds its id here
-        skipped["value"] = None
-        if batch_id is not None and (found := batches.find_batch(manifest, batch_id, snap)) is not None:
-            skipped["value"] = found
-            return None, None
-        if not writes and batch_id is None:
-            return None, None
-        decls = declarations(snap.metadata) if index_on_write else []
-        if decls:
-            keep_indexes(manifest, [w for w in by_oid.values() if w.created is not None], decls, indexed)
-        added, new_count = new_tables.rows(snap, by_oid) if new_tables is not None else (None, 0)
-        existing = [o for o, w in by_oid.items() if w.created is None]
-        current = {r["object_id"]: r for r in
-                   snap.lookup(existing).select(["object_id", "read_version", "read_branch", "read_tag"]).to_pylist()}
-        todo = []
-        for oid in existing:
-            row = current.get(oid)
-            if row is None:  # dropped (drop_partitions) while this write ran: a rerun reserves a fresh table
-                raise CommitConflictError(f"partition table {oid} was removed from __manifest (dropped) while this "
-                                          f"write ran; nothing was published; run the write again")
-            if row["read_branch"] is not None or row["read_tag"] is not None:
-                raise PartitionPinnedError(
-                    f"partition table {oid} is pinned to branch={row['read_branch']!r} tag={row['read_tag']!r}; "
-                    f"lancepart writes to main only; unpin it before writing")
-            if oid not in done or done[oid][0] != row["read_version"]:
-                todo.append((oid, row["read_version"]))
-
-        def commit_one(item: tuple[str, int | None]) -> int:
-            oid, published = item
-            w = by_oid[oid]
-            version = commit_on_published(manifest, snap.version, oid, w.location, published, lambda: commit_table(
-                manifest.root, w.location, published, w.fragments, overwrite=overwrite,
-                storage_options=manifest.storage_options))
-            if published is not None and version <= published:
-                raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
-            faults.checkpoint("after_table_commit")
-            if decls:
-                version = index_or_warn(manifest, oid, w.location, version, decls)
-            return version
-
-        t = time.monotonic()
-        for (oid, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
-            done[oid] = (published, version)
-        faults.checkpoint("after_table_commits")
-        check_files_present(manifest.root, [(o, w.location, None if w.created is not None else done[o][1],
-                                             w.fragments) for o, w in by_oid.items()], manifest.storage_options)
-        commit_tables_s[0] += time.monotonic() - t
-        upserts = snap.read_version_changes({o: done[o][1] for o in existing}).upserts
-        if added is not None:
-            upserts = pa.concat_tables([upserts, added.select(upserts.schema.names).cast(upserts.schema)])
-        faults.checkpoint("before_manifest_commit")
-        return ManifestChanges(upserts=upserts), new_count
-
+    for w in writes:
+        w.overwrite = mode == "overwrite"
     props = {OPERATION_PROPERTY: mode, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
-             PARTITIONS_PROPERTY: str(len(writes)),
-             **(batches.transaction_properties(batch_id) if batch_id is not None else {})}
+             PARTITIONS_PROPERTY: str(len(writes))}
     update_started = time.monotonic()
-    snap, new_count, retries = manifest.update(mutate, max_retries=max_retries, what="publish",
-                                               transaction_properties=props)
+    pub = publish_changes(manifest, writes, what=mode, properties=props, batch_id=batch_id, new_tables=new_tables,
+                          index_on_write=index_on_write, max_retries=max_retries)
     # the __manifest part of the update: reading it, the batch-id check, the commit, and any retries
-    manifest_commit_s = time.monotonic() - update_started - commit_tables_s[0]
-    writes = list(by_oid.values())  # new partitions found published by another writer were adopted
-    skip = skipped["value"]
-    if skip is not None:  # the tables this write created are referenced by no __manifest version
-        for w in writes:
-            if w.created is not None:
-                remove_table_dir(manifest.root, w.location, manifest.storage_options)
-    if skip is None and (writes or batch_id is not None):
-        faults.checkpoint("after_manifest_commit")
-        if batch_id is not None or batches.index_exists(manifest):
-            batches.index_quietly(manifest, snap.version)
-        manifest.protect(snap.metadata)  # older namespaces: from now on DirectoryNamespace may not rewrite it
+    manifest_commit_s = time.monotonic() - update_started - pub.commit_tables_s
+    writes = pub.changes  # new partitions found published by another writer were adopted
+    skip, snap = pub.skipped, pub.snapshot
     result = CommitResult(
         manifest_version=snap.version if skip is None else max(snap.version, skip.manifest_version),
         rows_written=0 if skip is not None else sum(w.rows for w in writes),
         partitions_touched=0 if skip is not None else len(writes),
-        partitions_created=partitions_created + (new_count or 0),
-        retries=retries + extra_retries,
+        partitions_created=partitions_created + pub.created,
+        retries=pub.retries + extra_retries,
         batch_id=batch_id,
         skipped=skip is not None,
         seconds=round(time.monotonic() - started, 3),
         details=batches.result_details(skip, batches.batch_id_retention(snap.metadata)) if batch_id is not None
         else {},
     )
-    result.details.update(commit_tables_s=round(commit_tables_s[0], 3), manifest_commit_s=round(manifest_commit_s, 3))
+    result.details.update(commit_tables_s=round(pub.commit_tables_s, 3), manifest_commit_s=round(manifest_commit_s, 3))
     log.info("published %s", json.dumps(result.to_dict(), default=str))
     return result
 
