@@ -58,14 +58,12 @@ from lancepart.errors import (
     SchemaChangedError,
 )
 from lancepart.ids import check_location
-from lancepart.index import declarations
 from lancepart.manifest import (
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
     ROWS_PROPERTY,
     ROWS_REMOVED_PROPERTY,
     Manifest,
-    ManifestChanges,
     ManifestConflict,
     ManifestSnapshot,
     backoff,
@@ -76,9 +74,9 @@ from lancepart.results import CommitResult
 from lancepart.schema_evolution import append_fragments
 from lancepart.write import batches, faults
 from lancepart.write.create import NewTables, create_table_with
-from lancepart.write.guard import check_files_present, commit_on_published
+from lancepart.write.guard import commit_on_published
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
-from lancepart.write.publish import TableWrite, already_published, index_or_warn, keep_indexes
+from lancepart.write.publish import TableChange, TableWrite, already_published, publish_changes
 from lancepart.write.reserve import remove_table_dir, reserve_partitions
 from lancepart.write.tables import _ident, check_fields, commit_exactly
 
@@ -268,19 +266,11 @@ def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot]
         retries += commit_retries
         break
     skip, by_oid, deletions = outcome
-    if skip is not None:
-        for w in writes:
-            if w.created is not None:
-                remove_table_dir(manifest.root, w.location, manifest.storage_options)
+    if skip is not None:  # the tables it created were removed by the publish
         return CommitResult(manifest_version=max(snap2.version, skip.manifest_version), batch_id=batch_id,
                             skipped=True, seconds=round(time.monotonic() - started, 3),
                             details=batches.result_details(skip, batches.batch_id_retention(snap2.metadata)))
     touched = set(by_oid) | set(deletions)
-    if touched:
-        faults.checkpoint("after_manifest_commit")
-        if batch_id is not None or batches.index_exists(manifest):
-            batches.index_quietly(manifest, snap2.version)
-        manifest.protect(snap2.metadata)
     result = CommitResult(
         manifest_version=snap2.version, rows_written=sum(w.rows for w in by_oid.values()),
         partitions_touched=len(touched), partitions_created=sum(1 for w in writes if w.created is not None),
@@ -298,81 +288,38 @@ def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot]
 def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, writes: list[TableWrite],
              candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None,
              max_retries: int) -> tuple[ManifestSnapshot, Any, int]:
-    by_oid = {w.object_id: w for w in writes}
+    """The evaluation's changes (rows removed and rows added per table) through the one publish
+    path; :class:`_Stale` when a table it read moved (it is evaluated again)."""
     deletions = {oid: d for oid, d in ev.deletions.items() if d.updated or d.removed}
-    new_tables = NewTables(manifest, spec, schema)
-    done: dict[str, tuple[int | None, int]] = {}  # object_id -> (published version built on, our version)
-    skipped: dict[str, Any] = {"value": None}
-    indexed: dict[str, int] = {}  # new tables whose declared indexes were brought up to date
+    by_oid = {w.object_id: w for w in writes}
 
-    def mutate(snap: ManifestSnapshot):
-        skipped["value"] = None
-        if batch_id is not None and (found := batches.find_batch(manifest, batch_id, snap)) is not None:
-            skipped["value"] = found
-            return None, None
+    def change(oid: str) -> TableChange:
+        d, w = deletions.get(oid), by_oid.get(oid)
+        if w is not None and w.created is not None:
+            return w  # a table this merge created, published by adding its row
+
+        def commit(published: int | None, location: str) -> int:
+            if d is not None and d.base != published:  # the candidates did not move: cannot happen
+                raise LancepartError(f"{oid}: deletions evaluated on version {d.base}, published is {published}")
+            return commit_change(join_uri(manifest.root, location), published, d.updated if d else [],
+                                 d.removed if d else [], w.fragments if w else [], manifest.storage_options)
+
+        return TableChange(oid, w.location if w else None, list(w.fragments) if w else [], w.rows if w else 0,
+                           commit=commit)
+
+    def still_valid(snap: ManifestSnapshot) -> None:
         now = candidates(snap)
         if now != ev.candidates:
             moved = sorted(o for o in set(now) | set(ev.candidates) if now.get(o) != ev.candidates.get(o))
             raise _Stale(f"{len(moved)} partition table(s) it read changed, e.g. {moved[0]}")
-        if not by_oid and not deletions:
-            return None, None
-        decls = declarations(snap.metadata)  # declared indexes: kept on every table this change touches
-        if decls:
-            keep_indexes(manifest, [w for w in by_oid.values() if w.created is not None], decls, indexed)
-        added, _ = new_tables.rows(snap, by_oid)  # may move rows into a table published first and rebase
-        existing = sorted({o for o, w in by_oid.items() if w.created is None} | set(deletions))
-        current = {r["object_id"]: r for r in snap.lookup(existing).select(
-            ["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist()}
-        todo = []
-        for oid in existing:
-            row = current.get(oid)
-            if row is None:
-                raise CommitConflictError(f"partition table {oid} was removed from __manifest (dropped) while this "
-                                          f"{what} ran; nothing was published; run it again")
-            if row["read_branch"] is not None or row["read_tag"] is not None:
-                raise PartitionPinnedError(f"partition table {oid} is pinned to branch={row['read_branch']!r} "
-                                           f"tag={row['read_tag']!r}; lancepart changes main only; nothing was "
-                                           f"published")
-            if oid in deletions and deletions[oid].base != row["read_version"]:  # candidates did not move
-                raise LancepartError(f"{oid}: deletions evaluated on version {deletions[oid].base}, published is "
-                                     f"{row['read_version']}")
-            if oid not in done or done[oid][0] != row["read_version"]:
-                todo.append((oid, row["location"], row["read_version"]))
-
-        def commit_one(item: tuple[str, str, int | None]) -> int:
-            oid, location, published = item
-            d = deletions.get(oid)
-            w = by_oid.get(oid)
-            uri = join_uri(manifest.root, check_location(location, oid, manifest.root))
-            version = commit_on_published(manifest, snap.version, oid, location, published, lambda: commit_change(
-                uri, published, d.updated if d else [], d.removed if d else [], w.fragments if w else [],
-                manifest.storage_options))
-            if published is not None and version <= published:
-                raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
-            faults.checkpoint("after_table_commit")
-            if decls:
-                version = index_or_warn(manifest, oid, location, version, decls)
-            return version
-
-        for (oid, _, published), version in zip(todo, map_threads(commit_one, todo), strict=True):
-            done[oid] = (published, version)
-        faults.checkpoint("after_table_commits")
-        check_files_present(manifest.root, [(o, current[o]["location"], done[o][1], by_oid[o].fragments
-                                             if o in by_oid else []) for o in existing]
-                            + [(o, w.location, None, w.fragments) for o, w in by_oid.items() if w.created is not None],
-                            manifest.storage_options)
-        upserts = snap.read_version_changes({o: done[o][1] for o in existing}).upserts
-        if added is not None:
-            upserts = pa.concat_tables([upserts, added.select(upserts.schema.names).cast(upserts.schema)])
-        faults.checkpoint("before_manifest_commit")
-        return ManifestChanges(upserts=upserts), None
 
     props = {OPERATION_PROPERTY: what, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
              PARTITIONS_PROPERTY: str(len(set(by_oid) | set(deletions))),
-             ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in deletions.values())),
-             **(batches.transaction_properties(batch_id) if batch_id is not None else {})}
-    snap, _, retries = manifest.update(mutate, max_retries=max_retries, what=what, transaction_properties=props)
-    return snap, (skipped["value"], by_oid, deletions), retries
+             ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in deletions.values()))}
+    pub = publish_changes(manifest, [change(o) for o in sorted(set(by_oid) | set(deletions))], what=what,
+                          properties=props, batch_id=batch_id, new_tables=NewTables(manifest, spec, schema),
+                          index_on_write=True, check=still_valid, max_retries=max_retries)
+    return pub.snapshot, (pub.skipped, {c.object_id: c for c in pub.changes if c.fragments}, deletions), pub.retries
 
 
 # ---------------------------------------------------------------------------------------- merge

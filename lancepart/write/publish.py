@@ -155,13 +155,15 @@ def publish_changes(
     index_on_write: bool = False,
     unpublishable: str = "raise",
     run: Runner | None = None,
+    check: Callable[[ManifestSnapshot], None] | None = None,
     max_retries: int = 20,
 ) -> Published:
     """THE publish protocol of every operation that changes partition tables (docs/design.md,
     "How an operation flows"): on a snapshot of ``__manifest``,
 
     1. the batch id is looked for in every version up to it (found: nothing is published);
-    2. ``changes`` (or ``changes(snapshot)``: an operation that re-plans on each snapshot);
+    2. ``check(snapshot)`` raises if what the operation read moved (a merge evaluates again);
+       ``changes`` (or ``changes(snapshot)``: an operation that re-plans on each snapshot);
     3. the tables the operation created get their declared indexes and their ``__manifest``
        rows (``new_tables``; a partition another writer published first is adopted and the
        attempt rebased);
@@ -213,6 +215,8 @@ def publish_changes(
         if batch_id is not None and (found := batches.find_batch(manifest, batch_id, snap)) is not None:
             state["skipped"] = found
             return None, []
+        if check is not None:
+            check(snap)
         if planned is None:
             by_oid.clear()
             by_oid.update(_by_object_id(changes(snap)))
