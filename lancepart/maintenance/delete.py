@@ -46,15 +46,12 @@ from lancepart.ids import check_location
 from lancepart.manifest import (
     PARTITIONS_PROPERTY,
     ROWS_REMOVED_PROPERTY,
-    Manifest,
     ManifestSnapshot,
     join_uri,
 )
-from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.spec import PartitionSpec
-from lancepart.write import faults
-from lancepart.write.guard import check_files_present, commit_on_published
+from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 from lancepart.write.tables import _ident, commit_exactly
 
 if TYPE_CHECKING:
@@ -183,7 +180,6 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
         if not fragments:
             return TableDelete(object_id, location, base, None, 0)
         version = commit_deletions(uri, base, [], [f.fragment_id for f in fragments], so)
-        faults.checkpoint("after_table_commit")
         return TableDelete(object_id, location, base, version, rows)
     addr = matching_addresses(ds, schema, filter, scan_filter)
     if not len(addr):
@@ -192,7 +188,6 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
     version = commit_deletions(uri, base, updated, removed, so)
     if version <= base:
         raise LancepartError(f"{object_id}: table version {version} would move read_version {base} backwards")
-    faults.checkpoint("after_table_commit")
     return TableDelete(object_id, location, base, version, len(addr))
 
 
@@ -208,23 +203,6 @@ def entire_tables(filter: str, schema: pa.Schema, specs: Mapping[int, PartitionS
     except InvalidFilterError:  # a column that is not identity-partitioned: decided row by row instead
         return set()
     return set(pins.column("object_id").take(pa.array(picked, pa.int64())).to_pylist()) if picked else set()
-
-
-def apply_on_threads(manifest: Manifest, schema: pa.Schema, filter: str) -> ApplyTables:
-    """The in-process :data:`ApplyTables`: each table's delete on the bounded thread pool; a
-    published version a cleanup removed meanwhile becomes a rebase (:func:`commit_on_published`)."""
-
-    def apply(snapshot_version: int, todo: Sequence[TableTodo], scan_filter: str | None) -> list[TableDelete]:
-        def one(t: TableTodo) -> TableDelete:
-            oid, location, base, whole = t
-            return commit_on_published(
-                manifest, snapshot_version, oid, location, base,
-                lambda: delete_in_table(manifest.root, oid, location, base, schema, filter, scan_filter,
-                                        manifest.storage_options, whole=whole))
-
-        return map_threads(one, list(todo))
-
-    return apply
 
 
 def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
@@ -247,10 +225,18 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
 
     # the legacy ids place the columns of tables written before the first schema change
     manifest, schema, specs = ns.manifest, with_legacy_ids(ns.schema, ns.snapshot().metadata), ns.specs
-    apply = apply_tables or apply_on_threads(manifest, schema, filter)
-    done: dict[str, TableDelete] = {}  # object_id -> the delete applied on its published version
+    scan: dict[str, Any] = {}  # the scan filter of the snapshot being published
+    whole: dict[str, bool] = {}  # object_id -> every row of the table matches
 
-    def mutate(snap: ManifestSnapshot) -> tuple[Any, list[TableDelete]]:
+    def change(oid: str) -> TableChange:
+        def commit(published: int | None, location: str) -> Made:
+            d = delete_in_table(manifest.root, oid, location, published, schema, filter, scan["filter"],
+                                manifest.storage_options, whole=whole[oid])
+            return Made(oid, published, d.version, info=d)
+
+        return TableChange(oid, commit=commit)
+
+    def plan(snap: ManifestSnapshot) -> list[TableChange]:
         try:
             pruned = prune(filter, schema, specs, snap.table_pins())
         except InvalidArgumentError as e:
@@ -258,37 +244,28 @@ def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
         cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
         rows = [r for r in pruned.kept.select(cols).to_pylist() if partition_spec_id(r["object_id"]) is not None]
         entire = entire_tables(filter, schema, specs, snap.table_pins())
-        todo = []
         for r in rows:
             if r["read_branch"] is not None or r["read_tag"] is not None:
                 raise PartitionPinnedError(
                     f"partition table {r['object_id']} may hold rows matching {filter!r} but is pinned to "
                     f"branch={r['read_branch']!r} tag={r['read_tag']!r}; lancepart deletes on main only; unpin it "
                     f"first or narrow the filter; nothing was published")
-            if r["read_version"] is None:
-                raise InvalidArgumentError(
-                    f"partition table {r['object_id']} is declared without a read_version; nothing was published")
-            prev = done.get(r["object_id"])
-            if prev is None or prev.base != r["read_version"]:
-                todo.append((r["object_id"], r["location"], r["read_version"], r["object_id"] in entire))
-        for d in apply(snap.version, todo, pruned.scan_filter) if todo else []:
-            done[d.object_id] = d
-        applied = [done[r["object_id"]] for r in rows if done[r["object_id"]].version is not None]
-        if not applied:
-            return None, []
-        faults.checkpoint("after_table_commits")
-        check_files_present(manifest.root, [(d.object_id, d.location, d.version, []) for d in applied],
-                            manifest.storage_options)
-        faults.checkpoint("before_manifest_commit")
-        return snap.read_version_changes({d.object_id: d.version for d in applied}), applied
+            whole[r["object_id"]] = r["object_id"] in entire
+        scan["filter"] = pruned.scan_filter
+        return [change(r["object_id"]) for r in rows]
 
-    snap, applied, retries = manifest.update(
-        mutate, max_retries=max_retries, what="delete",
-        properties_of=lambda applied: {ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in applied)),
-                                       PARTITIONS_PROPERTY: str(len(applied))})
-    if applied:
-        faults.checkpoint("after_manifest_commit")
-        manifest.protect(snap.metadata)
+    def run(snapshot_version: int, works: Sequence[TableWork]) -> list[Made]:
+        todo = [(w.change.object_id, w.location, w.published, whole[w.change.object_id]) for w in works]
+        return [Made(d.object_id, d.base, d.version, info=d) for d in apply_tables(snapshot_version, todo,
+                                                                                   scan["filter"])]
+
+    pub = publish_changes(
+        manifest, plan, what="delete", run=run if apply_tables is not None else None, max_retries=max_retries,
+        properties_of=lambda made: {ROWS_REMOVED_PROPERTY: str(sum(m.info.rows for m in made)),
+                                    PARTITIONS_PROPERTY: str(len(made))})
+    snap = pub.snapshot
+    applied = [m.info for _, m in sorted(pub.made.items())]
+    retries = pub.retries
     rows_deleted = sum(d.rows for d in applied)
     result = CommitResult(
         manifest_version=snap.version, rows_written=0, partitions_touched=len(applied), retries=retries,
