@@ -51,6 +51,7 @@ from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
 from lancepart.results import CommitResult, PartitionInfo
 from lancepart.write import faults
+from lancepart.write.publish import LeaveOut, Made, TableChange, publish_changes
 from lancepart.write.tables import commit_table
 
 if TYPE_CHECKING:
@@ -309,100 +310,67 @@ class Published:
 
 def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, max_retries: int = 20) -> Published:
     """Commit every rewritten table on top of its published version and move all their
-    ``read_version`` in ONE ``__manifest`` commit (rebasing over concurrent publishes)."""
-    by_oid = {r.object_id: r for r in rewrites if r.removed}
-    if len(by_oid) != len([r for r in rewrites if r.removed]):
+    ``read_version`` in ONE ``__manifest`` commit, through the one publish path. A table whose
+    rewritten fragments are gone from its published version (overwritten or compacted by someone
+    else), or that was dropped, pinned or un-versioned meanwhile, is left out; so is one whose
+    storage fails (its ``failures``), and the others are published."""
+    todo = [r for r in rewrites if r.removed]
+    if len({r.object_id for r in todo}) != len(todo):
         raise ValueError("one TableRewrite per partition table expected")
-    done: dict[str, tuple[int, int, FragmentStats]] = {}  # object_id -> (base read_version, our version, base stats)
-    dropped: dict[str, str] = {}
-    failures: dict[str, str] = {}
+    if not todo:
+        return Published(manifest.snapshot(), False, {}, {}, set(), 0)
     rebased: set[str] = set()
-
-    def commit_one(item: tuple[str, int]) -> tuple[int, FragmentStats] | str:
-        try:
-            return commit_table_of(item)
-        except (faults.InjectedFault, CommitConflictError):
-            raise
-        except (OSError, ValueError) as e:  # this table's storage or files: leave it out, publish the others
-            oid = item[0]
-            failures[oid] = table_failure(e, manifest.root, oid, by_oid[oid].location)
-            return failures[oid]
-
-    def commit_table_of(item: tuple[str, int]) -> tuple[int, FragmentStats] | str:
-        oid, published = item
-        rw = by_oid[oid]
-        base = rw.before
-        if published != rw.read_version:  # a writer published since the plan: rebase onto its version
-            rebased.add(oid)
-            ds = lance.dataset(join_uri(manifest.root, rw.location), version=published,
-                               storage_options=manifest.storage_options)
-            base = FragmentStats.of([f.metadata for f in ds.get_fragments()])
-        try:
-            version = commit_table(manifest.root, rw.location, published, rw.added, remove=rw.removed,
-                                   storage_options=manifest.storage_options)
-        except FragmentsGoneError:
-            return (f"read_version moved from {rw.read_version} to {published} and the rewritten fragments "
-                    f"are no longer in it (overwritten or compacted by someone else)")
-        if version <= published:
-            raise LancepartError(f"{oid}: table version {version} would move read_version {published} backwards")
-        faults.checkpoint("after_table_commit")
-        if decls:  # the index on the compacted version: never one naming the rewritten fragments
-            try:
-                version = apply_on_exact(join_uri(manifest.root, rw.location), version,
-                                         Maintain(decls, storage_options=manifest.storage_options),
-                                         manifest.storage_options, f"partition table {rw.location} (index)")
-            except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
-                compacted = lance.dataset(join_uri(manifest.root, rw.location), version=version,
-                                          storage_options=manifest.storage_options)
-                if any(index_state(compacted, d) == "stale" for d in decls):  # it would name rewritten fragments
-                    failures[oid] = (f"its declared indexes could not be rebuilt on the compacted version "
-                                     f"({type(e).__name__}: {e}); left uncompacted")
-                    return failures[oid]
-                log.warning("partition table %s: declared indexes not updated on compacted version %d (%s: %s)",
-                            oid, version, type(e).__name__, e)
-        return version, base
-
     decls: list[IndexDeclaration] = []
 
-    def mutate(snap: ManifestSnapshot):
-        decls[:] = declarations(snap.metadata)
-        current = {r["object_id"]: r for r in
-                   snap.lookup(list(by_oid)).select(["object_id", "read_version", "read_branch", "read_tag"])
-                   .to_pylist()}
-        todo = []
-        for oid in by_oid:
-            if oid in dropped:
-                continue  # rewritten fragments never come back into a published version
-            r = current.get(oid)
-            reason = ("vanished from __manifest" if r is None else
-                      f"pinned to read_branch={r['read_branch']!r} read_tag={r['read_tag']!r} during compaction"
-                      if r["read_branch"] is not None or r["read_tag"] is not None else
-                      "read_version became NULL during compaction" if r["read_version"] is None else None)
-            if reason is not None:
-                dropped[oid] = reason
-            elif oid not in done or done[oid][0] != r["read_version"]:
-                todo.append((oid, r["read_version"]))
-        for (oid, published), out in zip(todo, map_threads(commit_one, todo), strict=True):
-            if isinstance(out, str):
-                dropped[oid] = out
-            else:
-                done[oid] = (published, *out)
-        live = [oid for oid in by_oid if oid not in dropped]
-        faults.checkpoint("after_table_commits")
-        if not live:
-            return None, False
-        changes = snap.read_version_changes({oid: done[oid][1] for oid in live})
-        faults.checkpoint("before_manifest_commit")
-        return changes, True
+    def change(rw: TableRewrite) -> TableChange:
+        def commit(published: int | None, location: str) -> Made:
+            try:
+                return compact_on(rw, published, location)
+            except (faults.InjectedFault, CommitConflictError, LeaveOut):
+                raise
+            except (OSError, ValueError) as e:  # this table's storage or files: leave it out, publish the others
+                raise LeaveOut(table_failure(e, manifest.root, rw.object_id, location), failure=True) from e
 
-    if not by_oid:
-        return Published(manifest.snapshot(), False, {}, {}, set(), 0)
-    snap, committed, retries = manifest.update(mutate, max_retries=max_retries, what="compaction publish")
-    if committed:
-        faults.checkpoint("after_manifest_commit")
-    tables = {oid: (done[oid][1], done[oid][2]) for oid in by_oid if oid not in dropped} if committed else {}
-    return Published(snap, bool(committed), tables, {o: r for o, r in dropped.items() if o not in failures},
-                     rebased & set(tables), retries, dict(failures))
+        return TableChange(rw.object_id, rw.location, list(rw.added), rw.rows, commit=commit)
+
+    def compact_on(rw: TableRewrite, published: int | None, location: str) -> Made:
+        base = rw.before
+        uri = join_uri(manifest.root, location)
+        if published != rw.read_version:  # a writer published since the plan: rebase onto its version
+            rebased.add(rw.object_id)
+            ds = lance.dataset(uri, version=published, storage_options=manifest.storage_options)
+            base = FragmentStats.of([f.metadata for f in ds.get_fragments()])
+        try:
+            version = commit_table(manifest.root, location, published, rw.added, remove=rw.removed,
+                                   storage_options=manifest.storage_options)
+        except FragmentsGoneError:
+            raise LeaveOut(f"read_version moved from {rw.read_version} to {published} and the rewritten fragments "
+                           f"are no longer in it (overwritten or compacted by someone else)") from None
+        if decls:  # the index on the compacted version: never one naming the rewritten fragments
+            try:
+                version = apply_on_exact(uri, version, Maintain(decls, storage_options=manifest.storage_options),
+                                         manifest.storage_options, f"partition table {location} (index)")
+            except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
+                compacted = lance.dataset(uri, version=version, storage_options=manifest.storage_options)
+                if any(index_state(compacted, d) == "stale" for d in decls):  # it would name rewritten fragments
+                    raise LeaveOut(f"its declared indexes could not be rebuilt on the compacted version "
+                                   f"({type(e).__name__}: {e}); left uncompacted", failure=True) from e
+                log.warning("partition table %s: declared indexes not updated on compacted version %d (%s: %s)",
+                            rw.object_id, version, type(e).__name__, e)
+        return Made(rw.object_id, published, version, info=base)
+
+    changes = [change(r) for r in todo]
+
+    def plan(snap: ManifestSnapshot) -> list[TableChange]:
+        decls[:] = declarations(snap.metadata)
+        return changes
+
+    pub = publish_changes(manifest, plan, what="compaction publish", unpublishable="leave_out",
+                          max_retries=max_retries)
+    tables = {oid: (m.version, m.info) for oid, m in pub.made.items()}
+    return Published(pub.snapshot, pub.committed, tables,
+                     {o: r for o, r in pub.left_out.items() if o not in pub.failures}, rebased & set(tables),
+                     pub.retries, dict(pub.failures))
 
 
 # --------------------------------------------------------------------------- __manifest itself
