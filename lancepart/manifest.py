@@ -185,10 +185,18 @@ def object_id_filter(object_ids: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class ManifestChanges:
     """What one commit changes in ``__manifest``: rows to add or replace (matched by
-    ``object_id``) and object ids to remove."""
+    ``object_id``) and object ids to remove; or root properties to set (None removes one); or
+    new all-NULL columns (a partition spec's ``partition_field_*``). One kind per commit: Lance
+    commits rows, table metadata and schema with different operations."""
 
     upserts: pa.Table | None = None
     deletes: tuple[str, ...] = ()
+    metadata: Mapping[str, str | None] | None = None
+    columns: tuple[pa.Field, ...] = ()
+
+    @property
+    def rows_change(self) -> bool:
+        return self.upserts is not None or bool(self.deletes)
 
     def object_ids(self) -> list[str]:
         ids = self.upserts.column("object_id").to_pylist() if self.upserts is not None else []
@@ -492,6 +500,32 @@ class Manifest:
         return ManifestSnapshot(new.version, new.metadata, [f.fragment_id for f in new.get_fragments()],
                                 dataset=new, uri=self.uri, latest=self.latest_version)
 
+    def commit_config(self, base: ManifestSnapshot, changes: ManifestChanges,
+                      transaction_properties: Mapping[str, str] | None = None) -> ManifestSnapshot:
+        """Commit root-property changes (``changes.metadata``) or new all-NULL columns
+        (``changes.columns``) on top of ``base``, or raise :class:`ManifestConflict`; the rows
+        stay as they are, so Lance rebases it over a concurrent row commit."""
+        if changes.metadata and changes.columns:
+            raise ValueError("one commit sets root properties or adds columns, not both")
+        if changes.columns:
+            try:
+                ds = self.dataset(base.version)
+                ds.add_columns(list(changes.columns))
+            except OSError as e:  # Lance's commit conflicts are OSErrors
+                if not is_commit_conflict(e):
+                    raise
+                raise ManifestConflict(str(e)) from e
+            new = self.dataset()
+            note_commit(new.version)
+        else:
+            def build(ds: lance.LanceDataset) -> tuple[LanceOperation.BaseOperation, None]:
+                updates = LanceOperation.UpdateMap(dict(changes.metadata or {}), replace=False)
+                return LanceOperation.UpdateConfig(table_metadata_updates=updates), None
+
+            new, _ = self._commit(base, build, transaction_properties)
+        return ManifestSnapshot(new.version, new.metadata, [f.fragment_id for f in new.get_fragments()],
+                                dataset=new, uri=self.uri, latest=self.latest_version)
+
     def _commit(self, base: ManifestSnapshot, build: Callable[[lance.LanceDataset], tuple[Any, T]],
                 transaction_properties: Mapping[str, str] | None) -> tuple[lance.LanceDataset, T]:
         """Commit the operation ``build(dataset at base)`` makes against ``base.version``."""
@@ -615,7 +649,9 @@ class Manifest:
                     return snap, value, attempt
                 props = ({**transaction_properties, **properties_of(value)} if properties_of is not None
                          else transaction_properties)
-                if isinstance(rows, ManifestChanges):
+                if isinstance(rows, ManifestChanges) and not rows.rows_change:
+                    new = self.commit_config(snap, rows, props)
+                elif isinstance(rows, ManifestChanges):
                     new = self.commit_changes(snap, rows, props)
                 else:
                     new = self.commit(snap, rows, props)

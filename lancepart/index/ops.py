@@ -36,11 +36,10 @@ from lancepart.index import (
     declarations,
     make_declaration,
 )
-from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, join_uri, note_commit
+from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.write import faults
-from lancepart.write.guard import commit_on_published
+from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
 if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
@@ -77,78 +76,52 @@ def index_table(root: str, object_id: str, location: str, base: int, op_json: st
     return apply_on_exact(uri, base, op, so, f"partition table {location} (index)")
 
 
-def apply_on_threads(manifest: Manifest, op_json: str) -> ApplyTables:
-    def apply(snapshot_version: int, todo: Sequence[TableTodo]) -> list[tuple[str, int, int]]:
-        def one(t: TableTodo) -> tuple[str, int, int]:
-            oid, location, base = t
-            return oid, base, commit_on_published(
-                manifest, snapshot_version, oid, location, base,
-                lambda: index_table(manifest.root, oid, location, base, op_json, manifest.storage_options))
-
-        return map_threads(one, list(todo))
-
-    return apply
-
-
 def set_declaration(manifest: Manifest, key: str, value: str | None, check: Callable[[str | None], bool],
                     max_retries: int = 20) -> str | None:
     """Set (``value``) or remove (None) the root property ``key`` unless ``check(current)`` says
     it is as wanted already; the value it had. Retried over concurrent metadata commits."""
-    for attempt in range(max_retries + 1):
-        ds = manifest.dataset()
-        current = ds.metadata.get(key)
-        if check(current):
-            return current
-        try:
-            ds.update_metadata({key: value})
-            note_commit()  # the declaration is published
-            return current
-        except OSError as e:
-            if not is_commit_conflict(e):
-                raise
-            backoff(attempt)
-    raise CommitConflictError(f"setting {key} in {manifest.uri}: {max_retries + 1} attempts conflicted with "
-                              f"concurrent commits; nothing was published")
+
+    def mutate(snap: ManifestSnapshot) -> tuple[ManifestChanges | None, str | None]:
+        current = snap.metadata.get(key)
+        return (None if check(current) else ManifestChanges(metadata={key: value})), current
+
+    _, previous, _ = manifest.update(mutate, max_retries=max_retries, what=f"set {key}")
+    return previous
 
 
 def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: int = 20,
                    apply_tables: ApplyTables | None = None,
                    still_wanted: Callable[[ManifestSnapshot], None] | None = None) -> CommitResult:
     """Apply ``op_json`` to the published version of every partition table and move all the
-    changed ``read_version`` in ONE ``__manifest`` commit (rebased like a delete's publish)."""
+    changed ``read_version`` in ONE ``__manifest`` commit, through the one publish path (tables
+    pinned to a branch or tag are skipped); ``apply_tables`` runs the per-table work elsewhere
+    (Spark tasks)."""
     from lancepart.ids import partition_spec_id
 
     started = time.monotonic()
-    apply = apply_tables or apply_on_threads(manifest, op_json)
-    done: dict[str, tuple[int, int]] = {}  # object_id -> (published version worked on, version made)
     seen: dict[str, Any] = {}
 
-    def mutate(snap: ManifestSnapshot):
-        if still_wanted is not None:
-            still_wanted(snap)
-        cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
+    def change(oid: str) -> TableChange:
+        return TableChange(oid, commit=lambda published, location: index_table(
+            manifest.root, oid, location, published, op_json, manifest.storage_options))
+
+    def plan(snap: ManifestSnapshot) -> list[TableChange]:
+        cols = ["object_id", "read_version", "read_branch", "read_tag"]
         rows = [r for r in snap.table_pins().select(cols).to_pylist() if partition_spec_id(r["object_id"]) is not None]
         pinned = sorted(r["object_id"] for r in rows if r["read_branch"] is not None or r["read_tag"] is not None)
         rows = [r for r in rows if r["read_version"] is not None and r["object_id"] not in set(pinned)]
-        todo = [(r["object_id"], r["location"], r["read_version"]) for r in rows
-                if r["object_id"] not in done or done[r["object_id"]][0] != r["read_version"]]
-        for oid, base, version in apply(snap.version, todo) if todo else []:
-            done[oid] = (base, version)
-        faults.checkpoint("after_table_commits")
-        changed = {r["object_id"]: done[r["object_id"]][1] for r in rows
-                   if done[r["object_id"]][1] != r["read_version"]}
-        seen.update(tables=len(rows), pinned=pinned, changed=changed)
-        if not changed:
-            return None, None
-        faults.checkpoint("before_manifest_commit")
-        return snap.read_version_changes(changed), None
+        seen.update(tables=len(rows), pinned=pinned)
+        return [change(r["object_id"]) for r in rows]
 
-    snap, _, retries = manifest.update(mutate, max_retries=max_retries, what=what)
-    changed = seen.get("changed", {})
-    if changed:
-        manifest.protect(snap.metadata)
+    def run(snapshot_version: int, works: Sequence[TableWork]) -> list[Made]:
+        todo = [(w.change.object_id, w.location, w.published) for w in works]
+        return [Made(oid, base, version) for oid, base, version in apply_tables(snapshot_version, todo)]
+
+    pub = publish_changes(manifest, plan, what=what, check=still_wanted, max_retries=max_retries,
+                          run=run if apply_tables is not None else None)
+    changed = {oid: m.version for oid, m in pub.made.items()}
     return CommitResult(
-        manifest_version=snap.version, partitions_touched=len(changed), retries=retries,
+        manifest_version=pub.snapshot.version, partitions_touched=len(changed), retries=pub.retries,
         seconds=round(time.monotonic() - started, 3),
         details={"operation": what, "tables": seen.get("tables", 0), "tables_changed": sorted(changed),
                  "pinned_skipped": seen.get("pinned", [])})
