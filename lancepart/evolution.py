@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from lancepart import ids as _ids
 from lancepart.errors import CommitConflictError, CorruptNamespaceError, InvalidSpecError
-from lancepart.manifest import Manifest, ManifestSnapshot, backoff, is_commit_conflict, metadata_json, note_commit
+from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, metadata_json
 from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 
 log = logging.getLogger("lancepart.evolution")
@@ -121,9 +121,8 @@ def resolve_fields(fields: Sequence[PartitionField | Mapping[str, Any]], schema:
 
 def _add_columns(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> None:
     """Step 1: the spec's partition columns, all NULL, through Lance schema evolution."""
-    for attempt in range(max_retries + 1):
-        ds = manifest.dataset()
-        have = {f.name: f.type for f in ds.schema}
+    def mutate(snap: ManifestSnapshot) -> tuple[ManifestChanges | None, None]:
+        have = {f.name: f.type for f in snap.schema}
         missing = []
         for f in spec.fields:
             if f.column_name not in have:
@@ -132,17 +131,9 @@ def _add_columns(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> N
                 raise InvalidSpecError(
                     f"partition field {f.field_id!r}: __manifest column {f.column_name} has type "
                     f"{have[f.column_name]}, the field's result_type is {f.result_type}")
-        if not missing:
-            return
-        try:
-            ds.add_columns(missing)
-            return
-        except OSError as e:  # Lance's commit conflicts are OSErrors
-            if not is_commit_conflict(e):
-                raise
-            backoff(attempt)
-    raise CommitConflictError(f"adding partition columns for spec v{spec.id} to {manifest.uri}: "
-                              f"{max_retries + 1} attempts conflicted; nothing was published")
+        return (ManifestChanges(columns=tuple(missing)) if missing else None), None
+
+    manifest.update(mutate, max_retries=max_retries, what=f"partition columns of v{spec.id}")
 
 
 def _add_row(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> ManifestSnapshot:
@@ -175,24 +166,16 @@ def _publish(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> None:
     """Step 3: the root property ``partition_spec_v<N>`` (idempotent). Two processes may finish
     the same pending spec at once (its creator and one that rolls it forward); Lance refuses one
     of two concurrent metadata updates, and the loser finds the property set and is done."""
-    for attempt in range(max_retries + 1):
-        ds = manifest.dataset()
-        published = ds.metadata.get(spec.key)
-        if published is not None:
-            if PartitionSpec.from_json(published) == spec:
-                return
-            raise CorruptNamespaceError(f"{manifest.uri}: {spec.key} is published as {published}, but the v{spec.id} "
-                                        f"namespace row holds {spec.to_json_string()}")
-        try:
-            ds.update_metadata({spec.key: spec.to_json_string()})
-            note_commit()  # the spec is published
-            return
-        except OSError as e:  # Lance's commit conflicts are OSErrors
-            if not is_commit_conflict(e):
-                raise
-            backoff(attempt)
-    raise CommitConflictError(f"publishing {spec.key} in {manifest.uri}: {max_retries + 1} attempts conflicted "
-                              f"with concurrent commits")
+    def mutate(snap: ManifestSnapshot) -> tuple[ManifestChanges | None, None]:
+        published = snap.metadata.get(spec.key)
+        if published is None:
+            return ManifestChanges(metadata={spec.key: spec.to_json_string()}), None
+        if PartitionSpec.from_json(published) == spec:
+            return None, None
+        raise CorruptNamespaceError(f"{manifest.uri}: {spec.key} is published as {published}, but the v{spec.id} "
+                                    f"namespace row holds {spec.to_json_string()}")
+
+    manifest.update(mutate, max_retries=max_retries, what=f"publish {spec.key}")
 
 
 def _roll_forward(manifest: Manifest, snap: ManifestSnapshot, published: dict[int, PartitionSpec],

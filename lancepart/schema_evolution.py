@@ -43,7 +43,7 @@ from lancepart.errors import (
     SchemaChangedError,
     SchemaMismatchError,
 )
-from lancepart.manifest import OPERATION_PROPERTY, LanceCommitConflictError, Manifest, backoff
+from lancepart.manifest import LanceCommitConflictError, Manifest, ManifestChanges, ManifestSnapshot, backoff
 from lancepart.results import CommitResult
 from lancepart.spec import (
     FIELD_ID_KEY_BYTES,
@@ -213,9 +213,10 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
         drop = [drop]
     if not (add or rename or drop or widen):
         raise InvalidArgumentError("update_schema: nothing to change (give add, rename, drop or widen)")
-    for attempt in range(max_retries + 1):
-        ds = manifest.dataset()
-        md = ds.metadata
+    out: dict[str, Any] = {}
+
+    def mutate(snap: ManifestSnapshot) -> tuple[ManifestChanges, None]:
+        md = snap.metadata
         current = schema_from_json(md[SCHEMA_KEY])
         new, top = apply_change(current, md, add, rename, drop, widen)
         _check_specs(new, md)
@@ -223,32 +224,18 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
                    MAX_FIELD_ID_KEY: str(top), **_index_declarations(md, rename, drop)}
         if LEGACY_FIELD_IDS_KEY not in md:
             updates[LEGACY_FIELD_IDS_KEY] = json.dumps(name_ids(current), separators=(",", ":"), sort_keys=True)
+        out.update(new=new, top=top)
         faults.checkpoint("before_schema_commit")
-        op = LanceOperation.UpdateConfig(table_metadata_updates=LanceOperation.UpdateMap(updates, replace=False))
-        tx = lance.Transaction(read_version=ds.version, operation=op,
-                               transaction_properties={OPERATION_PROPERTY: "update_schema"})
-        try:
-            committed = lance.LanceDataset.commit(manifest.uri, tx, read_version=ds.version,
-                                                  storage_options=manifest.storage_options,
-                                                  commit_lock=manifest.commit_lock)
-        except LanceCommitConflictError:
-            backoff(attempt)
-            continue
-        except OSError as e:
-            from lancepart.manifest import is_commit_conflict
+        return ManifestChanges(metadata=updates), None
 
-            if not is_commit_conflict(e):
-                raise
-            backoff(attempt)
-            continue
-        log.info("schema of %s updated (add=%s rename=%s drop=%s widen=%s) in __manifest version %d",
-                 manifest.uri, [f.name for f in add], rename, drop, {k: str(v) for k, v in widen.items()},
-                 committed.version)
-        return CommitResult(manifest_version=committed.version, retries=attempt,
-                            seconds=round(time.monotonic() - started, 3),
-                            details={"schema": schema_to_json(new), "max_field_id": top})
-    raise CommitConflictError(f"update_schema: {max_retries + 1} attempts conflicted with concurrent schema changes "
-                              f"of {manifest.uri}; nothing was published")
+    committed, _, retries = manifest.update(mutate, max_retries=max_retries, what="update_schema")
+    new, top = out["new"], out["top"]
+    log.info("schema of %s updated (add=%s rename=%s drop=%s widen=%s) in __manifest version %d",
+             manifest.uri, [f.name for f in add], rename, drop, {k: str(v) for k, v in widen.items()},
+             committed.version)
+    return CommitResult(manifest_version=committed.version, retries=retries,
+                        seconds=round(time.monotonic() - started, 3),
+                        details={"schema": schema_to_json(new), "max_field_id": top})
 
 
 # --------------------------------------------------------------------------- partition tables
@@ -421,15 +408,20 @@ def _publish_upgrades(manifest: Manifest, made: Mapping[str, tuple[int, int]], s
     """ONE ``__manifest`` commit moving each table of ``made`` (object_id -> (published version
     it was upgraded from, version made)) whose ``read_version`` is still the one it was upgraded
     from, while the schema is still ``schema_json``; the object ids it moved."""
-    def mutate(s: Any) -> tuple[Any, set[str]]:
-        if s.metadata.get(SCHEMA_KEY) != schema_json:
-            return None, set()
-        now = {r["object_id"]: r["read_version"] for r in s.lookup(list(made)).to_pylist()}
-        moves = {oid: v for oid, (pub, v) in made.items() if now.get(oid) == pub}
-        return (s.read_version_changes(moves), set(moves)) if moves else (None, set())
+    from lancepart.write.publish import LeaveOut, TableChange, publish_changes
 
-    _, moved, _ = manifest.update(mutate, max_retries=max_retries, what="upgrade table schema")
-    return moved
+    def change(oid: str, upgraded_from: int, version: int) -> TableChange:
+        def commit(published: int | None, location: str) -> int:
+            if published != upgraded_from:  # a write published meanwhile: its own upgrade redoes it
+                raise LeaveOut(f"read_version moved from {upgraded_from} to {published}")
+            return version
+
+        return TableChange(oid, commit=commit)
+
+    changes = [change(oid, pub, v) for oid, (pub, v) in made.items()]
+    published = publish_changes(manifest, lambda s: changes if s.metadata.get(SCHEMA_KEY) == schema_json else [],
+                                what="upgrade table schema", unpublishable="leave_out", max_retries=max_retries)
+    return set(published.made)
 
 
 def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max_retries: int = 20

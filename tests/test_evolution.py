@@ -20,7 +20,7 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.errors import CorruptNamespaceError, InvalidSpecError
 from lancepart.evolution import _add_columns, _add_row, _publish, resolve_fields
-from lancepart.manifest import Manifest, is_commit_conflict, join_uri
+from lancepart.manifest import ManifestChanges, ManifestConflict, join_uri
 from lancepart.spec import PartitionSpec
 from tests.conftest import APPENDIX_A
 
@@ -215,38 +215,22 @@ def test_concurrent_evolutions_and_writers(appendix_ns, tmp_path: Path):
             assert set(t.column("event_date").to_pylist()) == {p.values["event_date"]}
 
 
-class _OpenedBefore(Manifest):
-    """``__manifest`` as a process sees it that opened it just before another process committed:
-    its first ``dataset()`` is that earlier handle (a real Lance dataset, so the commit through it
-    really conflicts), later ones are current."""
-
-    def __init__(self, root: str, earlier: lance.LanceDataset) -> None:
-        super().__init__(root)
-        self._earlier = earlier
-
-    def dataset(self, version: int | None = None) -> lance.LanceDataset:
-        if version is None and self._earlier is not None:
-            earlier, self._earlier = self._earlier, None
-            return earlier
-        return super().dataset(version)
-
-
 def test_publish_race_loser_finds_the_spec_published(appendix_ns):
     """Step 3 of an evolution raced by another process finishing the same pending spec (found by
     test_concurrent_evolutions_and_writers under load): Lance refuses the second of two concurrent
     metadata updates, and the loser must find the property published and succeed, not fail."""
     ns = appendix_ns
     spec = PartitionSpec.from_json(APPENDIX_A["partition_spec_v2"])
-    earlier = ns.manifest.dataset()
+    _add_columns(ns.manifest, spec, 3)
+    earlier = ns.manifest.snapshot()
     ns.manifest.dataset().update_metadata({spec.key: spec.to_json_string()})  # the other process wins
-    with pytest.raises(OSError) as refused:  # what a blind update through the earlier handle meets
-        ns.manifest.dataset(earlier.version).update_metadata({spec.key: spec.to_json_string()})
-    assert is_commit_conflict(refused.value)
+    with pytest.raises(ManifestConflict):  # what the loser's commit on its earlier snapshot meets
+        ns.manifest.commit_config(earlier, ManifestChanges(metadata={spec.key: spec.to_json_string()}))
 
-    _publish(_OpenedBefore(ns.root, ns.manifest.dataset(earlier.version)), spec, max_retries=3)
+    _publish(ns.manifest, spec, max_retries=3)  # rebased: finds it published
     assert PartitionSpec.from_json(ns.manifest.dataset().metadata[spec.key]) == spec
 
     other = PartitionSpec(spec.id, spec.fields[:1])  # a different spec under the same key: never overwritten
     with pytest.raises(CorruptNamespaceError, match=spec.key):
-        _publish(_OpenedBefore(ns.root, ns.manifest.dataset(earlier.version)), other, max_retries=3)
+        _publish(ns.manifest, other, max_retries=3)
     assert PartitionSpec.from_json(ns.manifest.dataset().metadata[spec.key]) == spec

@@ -316,8 +316,10 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
     props = {OPERATION_PROPERTY: what, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
              PARTITIONS_PROPERTY: str(len(set(by_oid) | set(deletions))),
              ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in deletions.values()))}
-    pub = publish_changes(manifest, [change(o) for o in sorted(set(by_oid) | set(deletions))], what=what,
-                          properties=props, batch_id=batch_id, new_tables=NewTables(manifest, spec, schema),
+    changes = [change(o) for o in sorted(set(by_oid) | set(deletions))]
+    # a merge that changes nothing publishes nothing, its batch id included (it was checked unpublished)
+    pub = publish_changes(manifest, changes, what=what, properties=props, batch_id=batch_id if changes else None,
+                          new_tables=NewTables(manifest, spec, schema),
                           index_on_write=True, check=still_valid, max_retries=max_retries)
     return pub.snapshot, (pub.skipped, {c.object_id: c for c in pub.changes if c.fragments}, deletions), pub.retries
 
