@@ -23,6 +23,10 @@ Where DataFusion's behaviour decided the implementation:
   units of the value (``truncate(-11.05, 10) = -10.00``), not units of the last digit.
   Strings keep the first W code points (``left``), binary the first W bytes.
 
+Each class also owns its projections of predicates, inclusive (partition pruning) and strict
+(which partitions match entirely), by inheriting the matching class of
+:mod:`lancepart.read.projection` (``IdentityProjection``, ``YearProjection``, ...).
+
 >>> from lancepart.spec import PartitionField
 >>> f = PartitionField("n", [0], {"type": "truncate", "width": 10}, result_type={"type": "int64"})
 >>> transform_for(f).apply([pa.array([-11, 11, None])]).to_pylist()
@@ -46,6 +50,7 @@ import pyarrow.compute as pc
 from lancepart import datafusion as _ldf
 from lancepart import murmur3 as _murmur3
 from lancepart.errors import ExpressionEvaluationError, InvalidSpecError, SchemaMismatchError
+from lancepart.read import projection as _projection
 from lancepart.spec import PartitionField, PartitionSpec, check_field_id_reuse, field_id_of
 
 __all__ = [
@@ -118,8 +123,10 @@ def _where(field_id: str | None) -> str:
 # --------------------------------------------------------------------------- base class
 
 
-class BaseTransform(ABC):
-    """A partition transform: ``result_type``, ``check_source_types`` and vectorised ``apply``."""
+class BaseTransform(_projection.Projection, ABC):
+    """A partition transform: ``result_type``, ``check_source_types`` and vectorised ``apply``;
+    its inclusive and strict projections of predicates come from the projection class it inherits
+    (:mod:`lancepart.read.projection`)."""
 
     name: ClassVar[str]
 
@@ -149,7 +156,7 @@ class BaseTransform(ABC):
 
 
 @dataclass(frozen=True)
-class IdentityTransform(BaseTransform):
+class IdentityTransform(_projection.IdentityProjection, BaseTransform):
     """``col0``: the source value unchanged; result type = source type.
 
     >>> IdentityTransform().apply([pa.array(["US", None])]).to_pylist()
@@ -276,7 +283,7 @@ class _TimeTransform(BaseTransform):
 
 
 @dataclass(frozen=True)
-class YearTransform(_TimeTransform):
+class YearTransform(_projection.YearProjection, _TimeTransform):
     """``date_part('year', col0)``: calendar year of a date/timestamp (local time of its zone).
 
     >>> YearTransform().apply([pa.array([-1], pa.date32())]).to_pylist()
@@ -288,7 +295,7 @@ class YearTransform(_TimeTransform):
 
 
 @dataclass(frozen=True)
-class MonthTransform(_TimeTransform):
+class MonthTransform(_projection.MonthProjection, _TimeTransform):
     """``date_part('month', col0)``: month 1-12.
 
     >>> MonthTransform().apply([pa.array([-1], pa.date32())]).to_pylist()
@@ -300,7 +307,7 @@ class MonthTransform(_TimeTransform):
 
 
 @dataclass(frozen=True)
-class DayTransform(_TimeTransform):
+class DayTransform(_projection.DayProjection, _TimeTransform):
     """``date_part('day', col0)``: day of month 1-31.
 
     >>> DayTransform().apply([pa.array([-1], pa.date32())]).to_pylist()
@@ -312,7 +319,7 @@ class DayTransform(_TimeTransform):
 
 
 @dataclass(frozen=True)
-class HourTransform(_TimeTransform):
+class HourTransform(_projection.HourProjection, _TimeTransform):
     """``date_part('hour', col0)``: hour 0-23 of a timestamp (dates have no hour and are rejected).
 
     >>> HourTransform().apply([pa.array([0], pa.timestamp("s", tz="+05:30"))]).to_pylist()
@@ -338,7 +345,7 @@ def _check_hashable(t: pa.DataType, field_id: str | None, name: str) -> None:
 
 
 @dataclass(frozen=True)
-class BucketTransform(BaseTransform):
+class BucketTransform(_projection.BucketProjection, BaseTransform):
     """``abs(murmur3(col0)) % N`` (64-bit ``abs``: never negative).
 
     >>> BucketTransform(16).apply([pa.array([34, None], pa.int64())]).to_pylist()
@@ -362,7 +369,7 @@ class BucketTransform(BaseTransform):
 
 
 @dataclass(frozen=True)
-class MultiBucketTransform(BaseTransform):
+class MultiBucketTransform(_projection.MultiBucketProjection, BaseTransform):
     """``abs(murmur3_multi(col0, col1, ...)) % N``: NULL columns are skipped, all NULL -> NULL.
 
     >>> MultiBucketTransform(8).apply([pa.array([1]), pa.array(["a"])]).to_pylist()
@@ -396,7 +403,7 @@ class MultiBucketTransform(BaseTransform):
 
 
 @dataclass(frozen=True)
-class TruncateTransform(BaseTransform):
+class TruncateTransform(_projection.TruncateProjection, BaseTransform):
     """``col0 - (col0 % W)`` on numbers (remainder takes the dividend's sign), the first W code
     points of strings (``left(col0, W)``), the first W bytes of binary; result type = source type.
 
@@ -490,7 +497,7 @@ def _decimal_truncate_fits(t: pa.DataType, width: int) -> bool:
 
 
 @dataclass(frozen=True)
-class ExpressionTransform(BaseTransform):
+class ExpressionTransform(_projection.ExpressionProjection, BaseTransform):
     """A custom DataFusion SQL expression over ``col0..colN`` with a declared result type.
 
     >>> ExpressionTransform("lower(col0)", pa.utf8()).apply([pa.array(["US", None])]).to_pylist()

@@ -352,6 +352,35 @@ def test_null_semantics():
     assert r.kept_counts[1] == 1
 
 
+def test_each_transform_owns_its_projections():
+    """The projector asks a field's transform how to project (lancepart/read/projection.py), never
+    its name: only truncate and year bound a range on their own, only identity has a strict
+    projection, and a transform without a projection of its own keeps every partition."""
+    from lancepart.read.projection import Projection
+    from lancepart.spec import PartitionField
+    from lancepart.transforms import transform_for
+
+    fields = {
+        "identity": ({"type": "identity"}, [1]), "year": ({"type": "year"}, [1]), "month": ({"type": "month"}, [1]),
+        "day": ({"type": "day"}, [1]), "hour": ({"type": "hour"}, [1]),
+        "bucket": ({"type": "bucket", "num_buckets": 4}, [1]),
+        "multi_bucket": ({"type": "multi_bucket", "num_buckets": 4}, [1, 2]),
+        "truncate": ({"type": "truncate", "width": 3}, [1]),
+    }
+    monotonic, strict = set(), set()
+    for name, (tf, src) in fields.items():
+        t = transform_for(PartitionField("f", src, tf, result_type=INT32))
+        assert isinstance(t, Projection)
+        if type(t).project_bound is not Projection.project_bound:
+            monotonic.add(name)
+        if t.strict_project("partition_field_f") is not None:
+            assert t.strict_project("partition_field_f") == "partition_field_f"
+            strict.add(name)
+    expression = transform_for(PartitionField("e", [1], expression="col0 % 7", result_type={"type": "int64"}))
+    assert expression.strict_project("partition_field_e") is None
+    assert monotonic == {"truncate", "year"} and strict == {"identity"}
+
+
 def test_sql_literals_round_trip():
     """Every partition value type renders as a DataFusion literal equal to the value, so the
     manifest query compares exactly (identity partitions of any flat type)."""

@@ -196,7 +196,7 @@ def entire_tables(filter: str, schema: pa.Schema, specs: Mapping[int, PartitionS
     drop_partitions uses (:func:`lancepart.maintenance.drop.matching_tables`: the filter names only
     identity-partitioned columns and is TRUE on the partition values); empty where that cannot be
     decided (those tables are read)."""
-    from lancepart.maintenance.drop import matching_tables
+    from lancepart.read.projection import matching_tables
 
     try:
         picked = matching_tables(filter, schema, dict(specs), pins)

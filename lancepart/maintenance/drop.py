@@ -2,8 +2,9 @@
 
 Which partitions a filter selects *entirely* is a strict question: a partition may be dropped
 only when every row it holds matches. lancepart answers it exactly, and only where the answer
-is certain: every column the filter names must be the source of an **identity** partition field
-of the spec version. Then each row of a partition carries the partition's value in that column
+is certain, by the strict projection of :func:`lancepart.read.projection.matching_tables`: every
+column the filter names must be the source of an **identity** partition field of the spec
+version. Then each row of a partition carries the partition's value in that column
 (NULL-aware), so evaluating the filter, with DataFusion, on the partition values alone gives the
 filter's result for every row of it: TRUE drops the partition, FALSE or NULL keeps it.
 
@@ -28,83 +29,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lancepart import ids as _ids
-from lancepart.errors import InvalidArgumentError, InvalidFilterError
+from lancepart.errors import InvalidFilterError
 from lancepart.manifest import ManifestSnapshot
+from lancepart.read.projection import matching_tables
 from lancepart.results import CommitResult
-from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 
 if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
 
+# matching_tables (the strict projection) lives in lancepart.read.projection; importable from here too
+__all__ = ["drop_partitions", "matching_tables"]
+
 log = logging.getLogger("lancepart.maintenance")
-_ROW = "__lancepart_manifest_row"
-
-
-def _identity_sources(spec: PartitionSpec, schema: pa.Schema) -> dict[str, PartitionField]:
-    """Source column name -> the identity field of ``spec`` that partitions on it."""
-    by_id = {field_id_of(f): f.name for f in schema}
-    out: dict[str, PartitionField] = {}
-    for f in spec.fields:
-        if f.transform is not None and f.transform.to_json().get("type") == "identity" and len(f.source_ids) == 1:
-            name = by_id.get(f.source_ids[0])
-            if name is not None:
-                out.setdefault(name, f)
-    return out
-
-
-def _spec_rows(rows: pa.Table, spec_id: int) -> np.ndarray:
-    """Row numbers of the partition table rows of spec version ``spec_id``."""
-    is_table = pc.equal(rows.column("object_type"), "table")
-    prefix = pc.starts_with(rows.column("object_id"), f"v{spec_id}{_ids.DELIMITER}")
-    suffix = pc.ends_with(rows.column("object_id"), f"{_ids.DELIMITER}{_ids.TABLE_NAME}")
-    mask = pc.and_(pc.and_(is_table, prefix), suffix)
-    return np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))
-
-
-def matching_tables(filter: str, schema: pa.Schema, specs: dict[int, PartitionSpec], rows: pa.Table) -> list[int]:
-    """Row numbers of the partition tables of ``rows`` (``__manifest`` rows) that ``filter``
-    selects entirely; :class:`InvalidFilterError` where that cannot be decided (module docstring)."""
-    from lancepart.read.prune import filter_columns, prune
-    from lancepart.read.snapshot import apply_filter
-
-    inclusive = prune(filter, schema, specs, rows)  # validates the filter; names unknown columns
-    kept = set(inclusive.object_ids)
-    columns = filter_columns(filter, schema)
-    object_ids = rows.column("object_id")
-    out: list[int] = []
-    for spec_id, spec in sorted(specs.items()):
-        idx = _spec_rows(rows, spec_id)
-        if not len(idx):
-            continue
-        identity = _identity_sources(spec, schema)
-        other = [c for c in columns if c not in identity]
-        if other:
-            maybe = [i for i in idx.tolist() if object_ids[i].as_py() in kept]
-            if maybe:
-                raise InvalidFilterError(
-                    f"filter {filter!r}: column {other[0]!r} is not an identity partition field of spec v{spec_id}, "
-                    f"so whether {len(maybe)} of its partitions match entirely cannot be decided; drop_partitions "
-                    f"takes filters over identity-partitioned columns only "
-                    f"({sorted(identity) or 'spec v' + str(spec_id) + ' has none'})")
-            continue
-        sub = rows.take(pa.array(idx, pa.int64()))
-        cols = [pa.array(idx, pa.int64())]
-        fields = [pa.field(_ROW, pa.int64())]
-        for name in columns:
-            f = identity[name]
-            src = schema.field(name)
-            value = sub.column(f.column_name) if f.column_name in sub.column_names else pa.nulls(len(idx), src.type)
-            cols.append(value.cast(src.type))
-            fields.append(pa.field(name, src.type))
-        table = pa.Table.from_arrays(cols, schema=pa.schema(fields))
-        try:
-            out.extend(apply_filter(table, filter).column(_ROW).to_pylist())
-        except InvalidArgumentError as e:
-            raise InvalidFilterError(str(e)) from None
-    return sorted(out)
 
 
 def _without(snap: ManifestSnapshot, drop: Sequence[int]) -> tuple[pa.Table, list[int]]:

@@ -1,14 +1,24 @@
-"""Projection of a filter over source columns onto the ``partition_field_*`` columns of one spec
-version, the way pyiceberg's ``Transform.project`` does it: a small visitor over the bound filter
-(:mod:`lancepart.read.predicates`) whose leaves ask each partition field "which partition values
-can a row satisfying this predicate have?". The answer is always *inclusive*: a partition is
-dropped only when no row of it can match.
+"""Projection of a filter over source columns onto partition values: inclusive and strict, side by
+side.
 
-Partition values of literals are computed with the write path's own transforms
-(:func:`lancepart.transforms.transform_for` ``.apply``), so ``bucket``, ``truncate``,
-``year``/``month``/``day``/``hour`` and expression fields prune with exactly the semantics the
-data was written with (docs/design.md §1-§3: time transforms are ``date_part`` values, not
-ordinals since the epoch, so only ``year`` is monotonic).
+**Inclusive** (:class:`_SpecProjector`, what :func:`lancepart.read.prune.prune` keeps): a small
+visitor over the bound filter (:mod:`lancepart.read.predicates`) whose leaves ask each partition
+field "which partition values can a row satisfying this predicate have?". A partition is dropped
+only when no row of it can match, so the original filter is still applied inside each partition
+scan. **Strict** (:func:`matching_tables`, what drop_partitions, delete's whole-table shortcut and
+merge rely on): "does *every* row of this partition match?", answered only where it is certain.
+
+Each transform of :mod:`lancepart.transforms` owns both projections, the way pyiceberg's
+``Transform.project`` / ``Transform.strict_project`` do: every transform class inherits one of
+the projection classes below (:class:`Projection` and its subclasses), and the visitors call its
+methods; nothing here looks at a transform's name.
+
+=============  ==================================================================================
+Projection     inclusive: :meth:`~Projection.project` (one leaf), :meth:`~Projection.project_bound`
+(method)       (one-sided bound), :meth:`~Projection.project_range` (both ends in one conjunction),
+               :meth:`~Projection.project_tuples` (every source pinned); strict:
+               :meth:`~Projection.strict_project`
+=============  ==================================================================================
 
 What is projected (anything else keeps the partition):
 
@@ -29,6 +39,29 @@ expression         ``=``, ``IN``, ``IS NULL`` by evaluating the expression on th
                    sources constrained for multi-column expressions); bounded integer/date ranges
                    of at most 4096 values are enumerated
 =================  ==============================================================================
+
+Partition values of literals are computed with the write path's own transforms (``.apply``), so
+every field prunes with exactly the semantics the data was written with (docs/design.md §1-§3:
+time transforms are ``date_part`` values, not ordinals since the epoch, so only ``year`` is
+monotonic).
+
+Strict projection is by substitution: only **identity** has one (:meth:`Projection.strict_project`
+names the partition column that holds, for every row of the partition, the source column's
+value, NULL-aware). When every column a filter names has such a field in a spec version,
+evaluating the filter, with DataFusion, on the partition values alone gives its result for every
+row of each partition: TRUE selects the partition, FALSE or NULL does not. A spec version where a
+filter column has none (a ``year``, ``bucket`` or ``truncate`` field, or no field at all) makes
+:func:`matching_tables` fail with :class:`InvalidFilterError` naming the column, unless the
+inclusive projection proves that no partition of that version can hold a matching row.
+
+>>> from lancepart.read.predicates import _parse
+>>> from lancepart.spec import PartitionSpec
+>>> schema = pa.schema([pa.field("d", pa.date32(), metadata={"lance:field_id": "1"})])
+>>> spec = PartitionSpec.from_json({"id": 1, "fields": [{"field_id": "y", "source_ids": [1],
+...     "transform": {"type": "year"}, "result_type": {"type": "int32"}}]})
+>>> p = _parse("d >= DATE '2024-03-01' AND d < DATE '2025-02-01'", schema)
+>>> _SpecProjector(spec, schema, ["partition_field_y"]).project(p).sql()
+'partition_field_y >= 2024 AND partition_field_y <= 2025'
 """
 
 from __future__ import annotations
@@ -38,9 +71,14 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from lancepart import ids as _ids
+from lancepart.errors import InvalidArgumentError, InvalidFilterError, InvalidSpecError
 from lancepart.read.predicates import (
     _P,
     _PER_SECOND,
@@ -71,9 +109,11 @@ from lancepart.read.predicates import (
     _value_type,
 )
 from lancepart.spec import PartitionField, PartitionSpec, field_id_of
-from lancepart.transforms import transform_for
 
-__all__ = ["MAX_POINTS"]
+if TYPE_CHECKING:
+    from lancepart.transforms import BaseTransform
+
+__all__ = ["MAX_POINTS", "Projection", "matching_tables"]
 
 #: the most literal values (or tuples, or enumerated range values) a field's projection evaluates
 MAX_POINTS = 4096
@@ -82,23 +122,10 @@ _FIXED_OFFSET_RE = re.compile(r"^([+-])(\d\d)(?::?(\d\d))?$")
 # Largest gap, in seconds, by which a named zone's wall clock ever jumps: enough to widen a year
 # bound so that no jump across New Year's midnight can make ``year`` look non-monotonic.
 _ZONE_SLACK_SECONDS = 2 * 86_400
+_ROW = "__lancepart_manifest_row"
 
 
-# =========================================================================== projection
-
-
-def _like_prefix(pattern: str, escape: str | None) -> tuple[str, bool]:
-    """(literal prefix every match starts with, whether the pattern is that literal exactly).
-    Stops at the first wildcard, escape character or backslash (conservative: shorter prefix)."""
-    stop = {"%", "_", "\\"} | ({escape} if escape else set())
-    for i, ch in enumerate(pattern):
-        if ch in stop:
-            return pattern[:i], False
-    return pattern, True
-
-
-def _fixed_zone(tz: str | None) -> bool:
-    return tz is None or tz in ("UTC", "Etc/UTC") or _FIXED_OFFSET_RE.match(tz) is not None
+# =========================================================================== fields
 
 
 @dataclass
@@ -106,12 +133,16 @@ class _Field:
     """One partition field as the projection sees it."""
 
     field: PartitionField
-    kind: str  # identity, bucket, multi_bucket, truncate, year, month, day, hour, expression
+    transform: BaseTransform | None  # None: a transform this version does not know (keeps everything)
     sources: list[tuple[str | None, pa.DataType]]  # (column name or None when removed, type)
 
     @property
     def column(self) -> str:
         return self.field.column_name
+
+    @property
+    def projection(self) -> Projection:
+        return self.transform if self.transform is not None else _NO_PROJECTION
 
     @property
     def single(self) -> tuple[str, pa.DataType] | None:
@@ -121,8 +152,10 @@ class _Field:
 
     def apply(self, arrays: Sequence[pa.Array]) -> pa.Array | None:
         """Partition values of source values, exactly as the write path computes them."""
+        if self.transform is None:
+            return None
         try:
-            out = transform_for(self.field).apply(list(arrays))
+            out = self.transform.apply(list(arrays))
             if out.type != self.field.result_type:
                 out = out.cast(self.field.result_type)
             return out
@@ -139,6 +172,10 @@ class _Field:
     def time_zone_fixed(self) -> bool:
         t = self.sources[0][1]
         return not pa.types.is_timestamp(t) or _fixed_zone(t.tz)
+
+
+def _fixed_zone(tz: str | None) -> bool:
+    return tz is None or tz in ("UTC", "Etc/UTC") or _FIXED_OFFSET_RE.match(tz) is not None
 
 
 def _array_of(scalars: Sequence[pa.Scalar | None], t: pa.DataType) -> pa.Array | None:
@@ -158,93 +195,42 @@ def _step(s: pa.Scalar, delta: int) -> pa.Scalar | None:
     return _from_int(_to_int(s) + delta, s.type)
 
 
-class _SpecProjector:
-    """Projects source predicates onto the ``partition_field_*`` columns of one spec version."""
+def _like_prefix(pattern: str, escape: str | None) -> tuple[str, bool]:
+    """(literal prefix every match starts with, whether the pattern is that literal exactly).
+    Stops at the first wildcard, escape character or backslash (conservative: shorter prefix)."""
+    stop = {"%", "_", "\\"} | ({escape} if escape else set())
+    for i, ch in enumerate(pattern):
+        if ch in stop:
+            return pattern[:i], False
+    return pattern, True
 
-    def __init__(self, spec: PartitionSpec, schema: pa.Schema, columns: Iterable[str]) -> None:
-        top = {fid: f for f in schema if (fid := field_id_of(f)) is not None}
-        have = set(columns)
-        self.fields: list[_Field] = []
-        for pf in spec.fields:
-            if pf.column_name not in have:
-                continue  # no manifest column to filter on
-            kind = "expression" if pf.expression is not None else pf.transform.type  # type: ignore[union-attr]
-            sources = [
-                (top[s].name, _value_type(top[s].type)) if s in top else (None, pa.null()) for s in pf.source_ids
-            ]
-            self.fields.append(_Field(pf, kind, sources))
-        self.by_column: dict[str, list[_Field]] = {}
-        for f in self.fields:
-            if (single := f.single) is not None:
-                self.by_column.setdefault(single[0], []).append(f)
 
-    # ---------------------------------------------------------------- visitor
-    def project(self, p: _Pred) -> _P:
-        if isinstance(p, _Const):
-            return _PTRUE if p.value else _PFALSE
-        if isinstance(p, _Unknown):
-            return _PTRUE
-        if isinstance(p, _And):
-            return self.project_and(p.items)
-        if isinstance(p, _Or):
-            return _por(self.project(i) for i in p.items)
-        return _pand(self.leaf(f, p) for f in self.by_column.get(p.column, ()))  # type: ignore[attr-defined]
+# =========================================================================== per-transform projections
 
-    def project_and(self, items: Sequence[_Pred]) -> _P:
-        parts = [self.project(i) for i in items]
-        if any(p == _PFALSE for p in parts):
-            return _PFALSE
-        # Conjunction-level facts: points (=, IN, IS NULL, OR of those) and two-sided bounds.
-        points: dict[str, list[pa.Scalar | None]] = {}
-        bounds: dict[str, list[tuple[str, pa.Scalar]]] = {}
-        for item in items:
-            for col, vals in _points_of(item).items():
-                points[col] = vals if col not in points else _intersect(points[col], vals)
-            if isinstance(item, _Cmp) and item.op in ("<", "<=", ">", ">="):
-                bounds.setdefault(item.column, []).append((item.op, item.value))
-        if any(not v for v in points.values()):
-            return _PFALSE
-        for f in self.fields:
-            if f.single is None:
-                parts.append(self.multi_points(f, points))
-            elif f.kind == "year" and f.single[0] in bounds:
-                parts = self.year_interval(f, bounds[f.single[0]], parts)
-            elif f.kind not in ("identity", "truncate") and f.single[0] in bounds:
-                parts.append(self.interval(f, bounds[f.single[0]]))
-        return _pand(parts)
 
-    def year_interval(self, f: _Field, cmps: list[tuple[str, pa.Scalar]], parts: list[_P]) -> list[_P]:
-        """Both ends of a range known: the instants between them are in range, so their year is
-        never NULL and the leaves' ``OR partition_field_<year> IS NULL`` can go."""
-        ends = [self.range_leaf(f, op, v) for op, v in cmps]
-        bounded = [_strip_is_null(e, f.column) for e in ends]
-        if not (any(b.op == ">=" for b in bounded if isinstance(b, _PCmp))
-                and any(b.op == "<=" for b in bounded if isinstance(b, _PCmp))):
-            return parts
-        return [p for p in parts if p not in ends] + bounded
+class Projection:
+    """How a transform projects predicates on its source columns onto its partition values.
 
-    # ---------------------------------------------------------------- leaves
-    def leaf(self, f: _Field, p: _Pred) -> _P:
-        col = f.column
-        if f.kind == "identity":  # partition value == source value: every predicate is exact
-            if isinstance(p, _Cmp):
-                return _PIn(col, (p.value,)) if p.op == "=" else _PCmp(col, p.op, p.value)
-            if isinstance(p, _In):
-                if p.negated:
-                    return _PFALSE if p.has_null else _PIn(col, p.values, negated=True)
-                return _PIn(col, p.values)
-            if isinstance(p, _IsNull):
-                return _PIsNull(col, p.negated)
-            if isinstance(p, _Like):
-                return _PLike(col, p.pattern, p.escape, p.negated, p.case_insensitive)
-            return _PTRUE
-        not_null = _PIsNull(col, True) if f.kind in ("bucket", "truncate") else _PTRUE
+    Every transform class inherits this class or one of its subclasses below. The defaults are
+    those of a transform about which nothing is known but its values: ``=`` / ``IN`` / ``IS NULL``
+    map through :meth:`_Field.image` (the transform applied to the literals), anything else keeps
+    every partition, and there is no strict projection.
+    """
+
+    #: the partition value is NULL exactly when the source value is (bucket, truncate): a
+    #: predicate that no NULL satisfies then projects to ``IS NOT NULL``
+    null_preserving: ClassVar[bool] = False
+
+    # ---------------------------------------------------------------- inclusive
+    def project(self, f: _Field, p: _Pred) -> _P:
+        """Inclusive projection of one leaf over the field's single source column."""
+        not_null = _PIsNull(f.column, True) if self.null_preserving else _PTRUE
         if isinstance(p, _Cmp):
             if p.op == "=":
                 return f.image([p.value])
             if p.op == "!=":
                 return not_null
-            return _pand([not_null, self.range_leaf(f, p.op, p.value)])
+            return _pand([not_null, self.project_bound(f, p.op, p.value)])
         if isinstance(p, _In):
             if p.negated:
                 return _PFALSE if p.has_null else not_null
@@ -257,88 +243,26 @@ class _SpecProjector:
             prefix, exact = _like_prefix(p.pattern, p.escape)
             if exact:
                 return f.image([pa.scalar(prefix, f.sources[0][1])])
-            if f.kind == "truncate" and _is_string(f.sources[0][1]):
-                w = f.field.transform.width  # type: ignore[union-attr]
-                if len(prefix) >= w:
-                    return f.image([pa.scalar(prefix, f.sources[0][1])])
-                return _PStartsWith(col, prefix) if prefix else not_null
-            return not_null
+            return self.project_prefix(f, prefix, not_null)
         return _PTRUE
 
-    def range_leaf(self, f: _Field, op: str, value: pa.Scalar) -> _P:
-        """One-sided bound through a monotonic (non-decreasing) transform: truncate and year."""
-        if f.kind not in ("truncate", "year"):
-            return _PTRUE
-        t = value.type
-        if op in ("<", ">") and _storage(t) is not None:  # x < v  <=>  x <= v - 1 on integers
-            stepped = _step(value, -1 if op == "<" else 1)
-            if stepped is None:
-                return _PFALSE
-            op, value = op + "=", stepped
-        op = "<=" if op in ("<", "<=") else ">="
-        if f.kind == "year" and not f.time_zone_fixed():
-            # Named zones: local time may step back across New Year's midnight; widen the bound.
-            slack = _ZONE_SLACK_SECONDS * _PER_SECOND[t.unit]
-            widened = _step(value, slack if op == "<=" else -slack)
-            if widened is None:
-                return _PTRUE
-            value = widened
-        arr = _array_of([value], f.sources[0][1])
-        out = None if arr is None else f.apply([arr])
-        if out is None or not out[0].is_valid:
-            return _PTRUE
-        bound: _P = _PCmp(f.column, op, out[0])
-        if f.kind == "year" and not (pa.types.is_timestamp(t) and t.unit == "ns"):
-            # Instants beyond chrono's range (year +-262143) have a NULL year; only ns cannot get there.
-            bound = _por([bound, _PIsNull(f.column, False)])
-        return bound
+    def project_bound(self, f: _Field, op: str, value: pa.Scalar) -> _P:
+        """Inclusive projection of ``source op value`` (``<``, ``<=``, ``>``, ``>=``): only a
+        monotonic transform bounds its values."""
+        return _PTRUE
 
-    def interval(self, f: _Field, cmps: list[tuple[str, pa.Scalar]]) -> _P:
-        """Both ends of a range on the source of a non-monotonic field: enumerate its image."""
-        _, t = f.single  # type: ignore[misc]
-        if _storage(t) is None:
-            return _PTRUE
-        lo = hi = None
-        for op, v in cmps:
-            k = _to_int(v)
-            if op in (">", ">="):
-                k = k + 1 if op == ">" else k
-                lo = k if lo is None else max(lo, k)
-            else:
-                k = k - 1 if op == "<" else k
-                hi = k if hi is None else min(hi, k)
-        if lo is None or hi is None:
-            return _PTRUE
-        if lo > hi:
-            return _PFALSE
-        span = hi - lo
-        if f.kind in ("month", "day", "hour"):
-            if not f.time_zone_fixed():
-                return _PTRUE
-            per_day = 1 if pa.types.is_date32(t) else 86_400 * _PER_SECOND[t.unit] if pa.types.is_timestamp(t) else 0
-            if per_day == 0:
-                return _PTRUE
-            if f.kind == "hour":
-                step, limit = per_day // 24, per_day
-                if step == 0:
-                    return _PTRUE
-            else:
-                step, limit = per_day, per_day * (31 if f.kind == "day" else 366)
-            if span >= limit:
-                return _PTRUE
-        else:  # bucket, expression: only discrete domains (ints and dates), value by value
-            if not (pa.types.is_integer(t) or pa.types.is_date32(t)) or span >= MAX_POINTS:
-                return _PTRUE
-            step = 1
-        samples = list(range(lo, hi + 1, step))
-        if samples[-1] != hi:
-            samples.append(hi)
-        arr = pa.array(samples, _storage(t))
-        out = f.apply([arr if _storage(t) == t else arr.view(t)])
-        return _PTRUE if out is None else _one_of(f.column, out)
+    def project_prefix(self, f: _Field, prefix: str, not_null: _P) -> _P:
+        """Inclusive projection of ``source LIKE 'prefix%...'`` (a pattern that is not a literal)."""
+        return not_null
 
-    def multi_points(self, f: _Field, points: dict[str, list[pa.Scalar | None]]) -> _P:
-        """A multi-source field when every source is pinned to a few values (IS NULL included)."""
+    def project_range(self, f: _Field, cmps: list[tuple[str, pa.Scalar]], parts: list[_P]) -> list[_P]:
+        """The conjunction's projected ``parts`` given every bound (``cmps``) it puts on the
+        field's single source: both ends known can say more than each end alone."""
+        return parts
+
+    def project_tuples(self, f: _Field, points: dict[str, list[pa.Scalar | None]]) -> _P:
+        """A multi-source field (or one whose source was removed) when every source is pinned to a
+        few values (IS NULL included) in one conjunction: the transform of their cartesian product."""
         lists: list[list[pa.Scalar | None]] = []
         for name, _t in f.sources:
             if name is None:
@@ -360,12 +284,293 @@ class _SpecProjector:
         out = f.apply(arrays)
         return _PTRUE if out is None else _one_of(f.column, out)
 
+    # ---------------------------------------------------------------- strict
+    def strict_project(self, partition_column: str) -> str | None:
+        """Strict projection: the ``__manifest`` column that holds, for every row of each
+        partition, the value of the field's source column (so any filter over the source, renamed
+        to it, is decided for all of the partition's rows at once), or None when there is none."""
+        return None
+
+
+_NO_PROJECTION = Projection()
+
+
+class IdentityProjection(Projection):
+    """The partition value is the source value: every predicate projects exactly, both ways."""
+
+    def project(self, f: _Field, p: _Pred) -> _P:
+        col = f.column
+        if isinstance(p, _Cmp):
+            return _PIn(col, (p.value,)) if p.op == "=" else _PCmp(col, p.op, p.value)
+        if isinstance(p, _In):
+            if p.negated:
+                return _PFALSE if p.has_null else _PIn(col, p.values, negated=True)
+            return _PIn(col, p.values)
+        if isinstance(p, _IsNull):
+            return _PIsNull(col, p.negated)
+        if isinstance(p, _Like):
+            return _PLike(col, p.pattern, p.escape, p.negated, p.case_insensitive)
+        return _PTRUE
+
+    def strict_project(self, partition_column: str) -> str | None:
+        return partition_column
+
+
+class _MonotonicProjection(Projection):
+    """A transform that never decreases along its source (truncate, year): a one-sided bound on
+    the source is the same bound on the transform of its end."""
+
+    def project_bound(self, f: _Field, op: str, value: pa.Scalar) -> _P:
+        t = value.type
+        if op in ("<", ">") and _storage(t) is not None:  # x < v  <=>  x <= v - 1 on integers
+            stepped = _step(value, -1 if op == "<" else 1)
+            if stepped is None:
+                return _PFALSE
+            op, value = op + "=", stepped
+        op = "<=" if op in ("<", "<=") else ">="
+        widened = self._widened(f, op, value)
+        if widened is None:
+            return _PTRUE
+        arr = _array_of([widened], f.sources[0][1])
+        out = None if arr is None else f.apply([arr])
+        if out is None or not out[0].is_valid:
+            return _PTRUE
+        return self._bounded(f, t, _PCmp(f.column, op, out[0]))
+
+    def _widened(self, f: _Field, op: str, value: pa.Scalar) -> pa.Scalar | None:
+        """The bound's end, moved outward where the transform is monotonic only up to a slack
+        (None: beyond the type, no bound)."""
+        return value
+
+    def _bounded(self, f: _Field, t: pa.DataType, bound: _P) -> _P:
+        """The projected bound, widened by the partition values it could miss."""
+        return bound
+
+
+class TruncateProjection(_MonotonicProjection):
+    """Monotonic; NULL only from NULL; a string ``LIKE`` prefix becomes ``left(prefix, W)`` or
+    ``starts_with``."""
+
+    null_preserving: ClassVar[bool] = True
+    width: int
+
+    def project_prefix(self, f: _Field, prefix: str, not_null: _P) -> _P:
+        t = f.sources[0][1]
+        if not _is_string(t):
+            return not_null
+        if len(prefix) >= self.width:
+            return f.image([pa.scalar(prefix, t)])
+        return _PStartsWith(f.column, prefix) if prefix else not_null
+
+
+class YearProjection(_MonotonicProjection):
+    """Monotonic on fixed-offset zones (named zones: bounds widened by two days); the year of an
+    instant beyond chrono's range is NULL, so a bound keeps ``OR pf IS NULL`` unless both ends
+    are known or the source is a nanosecond timestamp."""
+
+    def _widened(self, f: _Field, op: str, value: pa.Scalar) -> pa.Scalar | None:
+        if f.time_zone_fixed():
+            return value
+        # Named zones: local time may step back across New Year's midnight; widen the bound.
+        slack = _ZONE_SLACK_SECONDS * _PER_SECOND[value.type.unit]
+        return _step(value, slack if op == "<=" else -slack)
+
+    def _bounded(self, f: _Field, t: pa.DataType, bound: _P) -> _P:
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            return bound
+        # Instants beyond chrono's range (year +-262143) have a NULL year; only ns cannot get there.
+        return _por([bound, _PIsNull(f.column, False)])
+
+    def project_range(self, f: _Field, cmps: list[tuple[str, pa.Scalar]], parts: list[_P]) -> list[_P]:
+        """Both ends of a range known: the instants between them are in range, so their year is
+        never NULL and the leaves' ``OR partition_field_<year> IS NULL`` can go."""
+        ends = [self.project_bound(f, op, v) for op, v in cmps]
+        bounded = [_strip_is_null(e, f.column) for e in ends]
+        if not (any(b.op == ">=" for b in bounded if isinstance(b, _PCmp))
+                and any(b.op == "<=" for b in bounded if isinstance(b, _PCmp))):
+            return parts
+        return [p for p in parts if p not in ends] + bounded
+
 
 def _strip_is_null(p: _P, column: str) -> _P:
     """``c >= v OR c IS NULL`` -> ``c >= v``."""
     if isinstance(p, _POr) and _PIsNull(column, False) in p.items:
         return _por(i for i in p.items if i != _PIsNull(column, False))
     return p
+
+
+def _closed_range(f: _Field, cmps: list[tuple[str, pa.Scalar]]) -> tuple[int, int] | _P:
+    """The inclusive integer range ``[lo, hi]`` the bounds ``cmps`` leave the single source (by
+    its physical integers), or the projection when that already decides it (TRUE, FALSE)."""
+    _, t = f.single  # type: ignore[misc]
+    if _storage(t) is None:
+        return _PTRUE
+    lo = hi = None
+    for op, v in cmps:
+        k = _to_int(v)
+        if op in (">", ">="):
+            k = k + 1 if op == ">" else k
+            lo = k if lo is None else max(lo, k)
+        else:
+            k = k - 1 if op == "<" else k
+            hi = k if hi is None else min(hi, k)
+    if lo is None or hi is None:
+        return _PTRUE
+    if lo > hi:
+        return _PFALSE
+    return lo, hi
+
+
+def _enumerated(f: _Field, lo: int, hi: int, step: int) -> _P:
+    """The field's values on ``lo, lo + step, ..., hi`` (physical integers of its single source)."""
+    _, t = f.single  # type: ignore[misc]
+    samples = list(range(lo, hi + 1, step))
+    if samples[-1] != hi:
+        samples.append(hi)
+    arr = pa.array(samples, _storage(t))
+    out = f.apply([arr if _storage(t) == t else arr.view(t)])
+    return _PTRUE if out is None else _one_of(f.column, out)
+
+
+class _DiscreteRangeProjection(Projection):
+    """Not monotonic (bucket, expression): a bounded range of integers or dates is enumerated,
+    value by value, when it has at most :data:`MAX_POINTS` values."""
+
+    def project_range(self, f: _Field, cmps: list[tuple[str, pa.Scalar]], parts: list[_P]) -> list[_P]:
+        r = _closed_range(f, cmps)
+        if not isinstance(r, tuple):
+            return [*parts, r]
+        lo, hi = r
+        _, t = f.single  # type: ignore[misc]
+        if not (pa.types.is_integer(t) or pa.types.is_date32(t)) or hi - lo >= MAX_POINTS:
+            return [*parts, _PTRUE]
+        return [*parts, _enumerated(f, lo, hi, 1)]
+
+
+class BucketProjection(_DiscreteRangeProjection):
+    """A hash: ``=`` / ``IN`` / ``IS NULL`` by hashing the literals, short ranges enumerated;
+    NULL only from NULL."""
+
+    null_preserving: ClassVar[bool] = True
+
+
+class ExpressionProjection(_DiscreteRangeProjection):
+    """A DataFusion expression, evaluated on the literals; short ranges enumerated."""
+
+
+class MultiBucketProjection(Projection):
+    """A hash of several columns: projected only when every source is pinned
+    (:meth:`Projection.project_tuples`)."""
+
+
+class _DatePartProjection(Projection):
+    """``date_part`` below the year (month, day, hour) cycles, so it is not monotonic; a range
+    shorter than one cycle (both ends in one conjunction, fixed-offset zones) is enumerated."""
+
+    #: a range spanning this many days (or more) covers every value
+    cycle_days: ClassVar[int]
+    #: samples per day: one value of the transform each
+    steps_per_day: ClassVar[int] = 1
+
+    def project_range(self, f: _Field, cmps: list[tuple[str, pa.Scalar]], parts: list[_P]) -> list[_P]:
+        r = _closed_range(f, cmps)
+        if not isinstance(r, tuple):
+            return [*parts, r]
+        lo, hi = r
+        _, t = f.single  # type: ignore[misc]
+        if not f.time_zone_fixed():
+            return [*parts, _PTRUE]
+        per_day = 1 if pa.types.is_date32(t) else 86_400 * _PER_SECOND[t.unit] if pa.types.is_timestamp(t) else 0
+        if per_day == 0:
+            return [*parts, _PTRUE]
+        step = per_day // self.steps_per_day
+        if step == 0 or hi - lo >= per_day * self.cycle_days:
+            return [*parts, _PTRUE]
+        return [*parts, _enumerated(f, lo, hi, step)]
+
+
+class MonthProjection(_DatePartProjection):
+    """Month 1-12: ranges shorter than a year are enumerated day by day."""
+
+    cycle_days: ClassVar[int] = 366
+
+
+class DayProjection(_DatePartProjection):
+    """Day of month 1-31: ranges shorter than 31 days are enumerated day by day."""
+
+    cycle_days: ClassVar[int] = 31
+
+
+class HourProjection(_DatePartProjection):
+    """Hour 0-23: ranges shorter than a day are enumerated hour by hour."""
+
+    cycle_days: ClassVar[int] = 1
+    steps_per_day: ClassVar[int] = 24
+
+
+# =========================================================================== inclusive visitor
+
+
+def _fields(spec: PartitionSpec, schema: pa.Schema, columns: Iterable[str] | None) -> list[_Field]:
+    """The fields of ``spec`` with a ``__manifest`` column among ``columns`` (None: every field)."""
+    from lancepart.transforms import transform_for
+
+    top = {fid: f for f in schema if (fid := field_id_of(f)) is not None}
+    have = None if columns is None else set(columns)
+    out: list[_Field] = []
+    for pf in spec.fields:
+        if have is not None and pf.column_name not in have:
+            continue  # no manifest column to filter on
+        try:
+            tf: BaseTransform | None = transform_for(pf)
+        except InvalidSpecError:
+            tf = None
+        sources = [(top[s].name, _value_type(top[s].type)) if s in top else (None, pa.null()) for s in pf.source_ids]
+        out.append(_Field(pf, tf, sources))
+    return out
+
+
+class _SpecProjector:
+    """Projects source predicates onto the ``partition_field_*`` columns of one spec version."""
+
+    def __init__(self, spec: PartitionSpec, schema: pa.Schema, columns: Iterable[str]) -> None:
+        self.fields = _fields(spec, schema, columns)
+        self.by_column: dict[str, list[_Field]] = {}
+        for f in self.fields:
+            if (single := f.single) is not None:
+                self.by_column.setdefault(single[0], []).append(f)
+
+    def project(self, p: _Pred) -> _P:
+        if isinstance(p, _Const):
+            return _PTRUE if p.value else _PFALSE
+        if isinstance(p, _Unknown):
+            return _PTRUE
+        if isinstance(p, _And):
+            return self.project_and(p.items)
+        if isinstance(p, _Or):
+            return _por(self.project(i) for i in p.items)
+        return _pand(f.projection.project(f, p) for f in self.by_column.get(p.column, ()))  # type: ignore[attr-defined]
+
+    def project_and(self, items: Sequence[_Pred]) -> _P:
+        parts = [self.project(i) for i in items]
+        if any(p == _PFALSE for p in parts):
+            return _PFALSE
+        # Conjunction-level facts: points (=, IN, IS NULL, OR of those) and two-sided bounds.
+        points: dict[str, list[pa.Scalar | None]] = {}
+        bounds: dict[str, list[tuple[str, pa.Scalar]]] = {}
+        for item in items:
+            for col, vals in _points_of(item).items():
+                points[col] = vals if col not in points else _intersect(points[col], vals)
+            if isinstance(item, _Cmp) and item.op in ("<", "<=", ">", ">="):
+                bounds.setdefault(item.column, []).append((item.op, item.value))
+        if any(not v for v in points.values()):
+            return _PFALSE
+        for f in self.fields:
+            if f.single is None:
+                parts.append(f.projection.project_tuples(f, points))
+            elif f.single[0] in bounds:
+                parts = f.projection.project_range(f, bounds[f.single[0]], parts)
+        return _pand(parts)
 
 
 def _points_of(p: _Pred) -> dict[str, list[pa.Scalar | None]]:
@@ -410,3 +615,70 @@ def _intersect(a: list[pa.Scalar | None], b: list[pa.Scalar | None]) -> list[pa.
     if len(a) * len(b) > MAX_POINTS * 4:
         return a if len(a) <= len(b) else b  # too large to intersect cheaply: either is a superset
     return [x for x in a if any(_same(x, y) for y in b)]
+
+
+# =========================================================================== strict visitor
+
+
+def _strict_sources(spec: PartitionSpec, schema: pa.Schema) -> dict[str, _Field]:
+    """Source column name -> the first field of ``spec`` with a strict projection of it."""
+    out: dict[str, _Field] = {}
+    for f in _fields(spec, schema, None):
+        if (single := f.single) is not None and single[0] not in out:
+            if f.projection.strict_project(f.column) is not None:
+                out[single[0]] = f
+    return out
+
+
+def _spec_rows(rows: pa.Table, spec_id: int) -> np.ndarray:
+    """Row numbers of the partition table rows of spec version ``spec_id``."""
+    is_table = pc.equal(rows.column("object_type"), "table")
+    prefix = pc.starts_with(rows.column("object_id"), f"v{spec_id}{_ids.DELIMITER}")
+    suffix = pc.ends_with(rows.column("object_id"), f"{_ids.DELIMITER}{_ids.TABLE_NAME}")
+    mask = pc.and_(pc.and_(is_table, prefix), suffix)
+    return np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))
+
+
+def matching_tables(filter: str, schema: pa.Schema, specs: dict[int, PartitionSpec], rows: pa.Table) -> list[int]:
+    """Row numbers of the partition tables of ``rows`` (``__manifest`` rows) that ``filter``
+    selects entirely, by strict projection; :class:`InvalidFilterError` where that cannot be
+    decided (module docstring)."""
+    from lancepart.read.manifest_query import filter_columns, prune
+    from lancepart.read.snapshot import apply_filter
+
+    inclusive = prune(filter, schema, specs, rows)  # validates the filter; names unknown columns
+    kept = set(inclusive.object_ids)
+    columns = filter_columns(filter, schema)
+    object_ids = rows.column("object_id")
+    out: list[int] = []
+    for spec_id, spec in sorted(specs.items()):
+        idx = _spec_rows(rows, spec_id)
+        if not len(idx):
+            continue
+        strict = _strict_sources(spec, schema)
+        other = [c for c in columns if c not in strict]
+        if other:
+            maybe = [i for i in idx.tolist() if object_ids[i].as_py() in kept]
+            if maybe:
+                raise InvalidFilterError(
+                    f"filter {filter!r}: column {other[0]!r} is not an identity partition field of spec v{spec_id}, "
+                    f"so whether {len(maybe)} of its partitions match entirely cannot be decided; drop_partitions "
+                    f"takes filters over identity-partitioned columns only "
+                    f"({sorted(strict) or 'spec v' + str(spec_id) + ' has none'})")
+            continue
+        sub = rows.take(pa.array(idx, pa.int64()))
+        cols = [pa.array(idx, pa.int64())]
+        fields = [pa.field(_ROW, pa.int64())]
+        for name in columns:
+            f = strict[name]
+            column = f.projection.strict_project(f.column)
+            src = schema.field(name)
+            value = sub.column(column) if column in sub.column_names else pa.nulls(len(idx), src.type)
+            cols.append(value.cast(src.type))
+            fields.append(pa.field(name, src.type))
+        table = pa.Table.from_arrays(cols, schema=pa.schema(fields))
+        try:
+            out.extend(apply_filter(table, filter).column(_ROW).to_pylist())
+        except InvalidArgumentError as e:
+            raise InvalidFilterError(str(e)) from None
+    return sorted(out)

@@ -14,8 +14,8 @@ The work is done in three modules, each usable on its own:
 * :mod:`lancepart.read.predicates`: the predicate model over source columns, the binder from
   DataFusion's plan to it (literal coercion included), and the predicate model over
   ``partition_field_*`` columns with its SQL rendering;
-* :mod:`lancepart.read.projection`: the projection onto each spec version's partition columns
-  (a table there lists what each transform projects);
+* :mod:`lancepart.read.projection`: inclusive and strict projection, side by side; each
+  transform of :mod:`lancepart.transforms` owns both (a table there lists what each projects);
 * :mod:`lancepart.read.manifest_query`: the ``__manifest`` query, the scan pushdown,
   :func:`prune` and :class:`PruneResult`.
 
