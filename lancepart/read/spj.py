@@ -55,6 +55,19 @@ import pyarrow.compute as pc
 from lancepart.errors import InvalidArgumentError
 from lancepart.results import PartitionInfo
 from lancepart.spec import PartitionField, PartitionSpec, field_id_of
+from lancepart.transforms import (
+    BaseTransform,
+    BucketTransform,
+    DayTransform,
+    ExpressionTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    MultiBucketTransform,
+    TruncateTransform,
+    YearTransform,
+    transform_for,
+)
 
 # how= spellings accepted (Spark's) -> the canonical name
 JOIN_TYPES: dict[str, str] = {
@@ -67,7 +80,7 @@ JOIN_TYPES: dict[str, str] = {
 }
 _ACERO = {"inner": "inner", "left": "left outer", "right": "right outer", "full": "full outer",
           "left_semi": "left semi", "left_anti": "left anti"}
-_TIME = ("year", "month", "day", "hour")
+_TIME: tuple[type[BaseTransform], ...] = (YearTransform, MonthTransform, DayTransform, HourTransform)
 
 
 def join_type(how: str) -> str:
@@ -152,11 +165,9 @@ def _columns_by_id(schema: pa.Schema) -> dict[int, pa.Field]:
     return {fid: f for f in schema if (fid := field_id_of(f)) is not None}
 
 
-def _kind(f: PartitionField) -> str:
-    if f.expression is not None:
-        return "expression"
-    t = f.transform.type  # type: ignore[union-attr]
-    return "bucket" if t == "multi_bucket" else t
+def _kind(tf: BaseTransform) -> type[BaseTransform]:
+    """The class of a transform, one- and multi-column buckets counted as one kind."""
+    return BucketTransform if isinstance(tf, MultiBucketTransform) else type(tf)
 
 
 def _text(f: PartitionField, sources: Sequence[str]) -> str:
@@ -184,15 +195,16 @@ def same_domain(a: pa.DataType, b: pa.DataType) -> bool:
 
 def _relation(lf: PartitionField, rf: PartitionField, lsrc: list[str], rsrc: list[str]) -> FieldMatch | str:
     """How ``lf`` and ``rf`` (over paired key columns) group rows, or why they cannot."""
-    lk, rk = _kind(lf), _kind(rf)
+    lt, rt = transform_for(lf), transform_for(rf)
+    lk, rk = _kind(lt), _kind(rt)
     ltxt, rtxt = _text(lf, lsrc), _text(rf, rsrc)
     desc = f"left {ltxt} ~ right {rtxt}"
-    if lk == "expression" or rk == "expression":
+    if isinstance(lt, ExpressionTransform) or isinstance(rt, ExpressionTransform):
         if lk == rk and (lf.expression or "").strip() == (rf.expression or "").strip():
             return FieldMatch(lf.field_id, rf.field_id, "same", f"{desc}: same expression")
     elif lk == rk:
-        if lk == "bucket":
-            n, m = lf.transform.num_buckets, rf.transform.num_buckets  # type: ignore[union-attr]
+        if isinstance(lt, (BucketTransform, MultiBucketTransform)):
+            n, m = lt.num_buckets, rt.num_buckets  # type: ignore[union-attr]
             if n == m:
                 return FieldMatch(lf.field_id, rf.field_id, "same", f"{desc}: same bucket count")
             if n % m == 0:
@@ -202,22 +214,22 @@ def _relation(lf: PartitionField, rf: PartitionField, lsrc: list[str], rsrc: lis
                 return FieldMatch(lf.field_id, rf.field_id, "bucket", f"{desc}: right bucket % {n} = left bucket",
                                   right_modulus=n)
             return f"{desc}: bucket counts {n} and {m}, neither divides the other"
-        if lk == "truncate":
-            if lf.transform.width == rf.transform.width:  # type: ignore[union-attr]
+        if isinstance(lt, TruncateTransform):
+            if lt.width == rt.width:  # type: ignore[union-attr]
                 return FieldMatch(lf.field_id, rf.field_id, "same", f"{desc}: same width")
             return f"{desc}: truncate widths differ"
         return FieldMatch(lf.field_id, rf.field_id, "same", f"{desc}: same transform")
-    if lk == "identity" and len(rf.source_ids) == 1:
+    if isinstance(lt, IdentityTransform) and len(rf.source_ids) == 1:
         return FieldMatch(lf.field_id, rf.field_id, "derive", f"{desc}: right transform of the left value",
                           derive_side="left", derive_with=rf, derive_type=lf.result_type)
-    if rk == "identity" and len(lf.source_ids) == 1:
+    if isinstance(rt, IdentityTransform) and len(lf.source_ids) == 1:
         return FieldMatch(lf.field_id, rf.field_id, "derive", f"{desc}: left transform of the right value",
                           derive_side="right", derive_with=lf, derive_type=rf.result_type)
     if lk in _TIME and rk in _TIME:
-        coarse, fine = sorted((lk, rk), key=_TIME.index)
-        return (f"{desc}: {lk} and {rk} are date_part values (docs/design.md §3), not nested time ranges: a "
-                f"{fine} partition holds rows of every {coarse}; the finer side must also be partitioned by "
-                f"{coarse}({lsrc[0]})")
+        coarse, fine = (k.name for k in sorted((lk, rk), key=_TIME.index))
+        return (f"{desc}: {lt.name} and {rt.name} are date_part values (docs/design.md §3), not nested time "
+                f"ranges: a {fine} partition holds rows of every {coarse}; the finer side must also be "
+                f"partitioned by {coarse}({lsrc[0]})")
     return f"{desc}: different transforms"
 
 
