@@ -45,33 +45,24 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lancepart import durations
-from lancepart.errors import (
-    InvalidArgumentError,
-    LancepartError,
-    RetryableError,
-    SchemaMismatchError,
-)
+from lancepart.durations import format_duration
+from lancepart.errors import InvalidArgumentError, LancepartError, RetryableError
+from lancepart.inputs import FORMATS, input_reader
 from lancepart.redact import redacting_output
+from lancepart.stats import describe, human_bytes
 
 if TYPE_CHECKING:
-    import pyarrow as pa
 
     from lancepart.namespace import PartitionedNamespace
 
 EXIT_OK, EXIT_FAILED, EXIT_LANCEPART, EXIT_USAGE, EXIT_RETRY, EXIT_INTERRUPTED = 0, 1, 2, 64, 75, 130
 EXIT_PROBLEMS = 3  # verify found problems, or a maintenance run left something out (named in its output)
 STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
-FORMATS = ("parquet", "csv", "json", "ipc")
-_EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "csv", ".json": "json",
-               ".jsonl": "json", ".ndjson": "json", ".arrow": "ipc", ".arrows": "ipc", ".ipc": "ipc",
-               ".feather": "ipc"}
-_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 
 
 class UsageError(Exception):
@@ -89,16 +80,6 @@ def parse_duration(text: str) -> timedelta:
         return durations.parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def format_duration(d: timedelta) -> str:
-    """The inverse of :func:`parse_duration` for whole seconds: ``timedelta(hours=36)`` -> ``1d12h``."""
-    rest, out = int(d.total_seconds()), ""
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        if rest >= size:
-            out += f"{rest // size}{unit}"
-            rest %= size
-    return out or "0"
 
 
 def _positive_int(text: str, least: int = 1) -> int:
@@ -165,24 +146,6 @@ def _open(args: argparse.Namespace) -> PartitionedNamespace:
     return PartitionedNamespace.open(root, storage_options=so)
 
 
-def _load_json_arg(value: str, option: str) -> Any:
-    """A JSON (or YAML) document given inline or as the path of a file."""
-    import yaml
-
-    p = Path(value)
-    if not value.lstrip().startswith(("{", "[")):  # inline JSON is an object or a list; anything else a file
-        if not p.is_file():
-            raise InvalidArgumentError(f"{option}: {value!r} is neither a file nor a JSON object or list")
-        try:
-            return yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise InvalidArgumentError(f"{option}: {p} is neither JSON nor YAML: {e}") from None
-    try:
-        return json.loads(value)
-    except ValueError as e:
-        raise InvalidArgumentError(f"{option}: {value[:80]!r} is not valid JSON ({e})") from None
-
-
 class _Progress:
     """Progress lines on stderr (silenced by ``-q``)."""
 
@@ -195,18 +158,9 @@ class _Progress:
             print(f"lancepart: [{time.monotonic() - self.started:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
 # --------------------------------------------------------------------------- create
 def _cmd_create(args: argparse.Namespace) -> Any:
-    from lancepart.config import JobConfig
+    from lancepart.config import JobConfig, load_document
     from lancepart.errors import ConfigError
     from lancepart.namespace import PartitionedNamespace
     from lancepart.spec import PartitionSpec, schema_from_json
@@ -224,8 +178,8 @@ def _cmd_create(args: argparse.Namespace) -> Any:
     else:
         if not (root and args.schema and args.spec):
             raise UsageError("create: give ROOT --schema FILE|JSON --spec FILE|JSON, or --config FILE")
-        raw_schema = _load_json_arg(args.schema, "--schema")
-        spec = PartitionSpec.from_json(_load_json_arg(args.spec, "--spec"))
+        raw_schema = load_document(args.schema, "--schema")
+        spec = PartitionSpec.from_json(load_document(args.spec, "--spec"))
         if isinstance(raw_schema, list):  # the job config's list of {name, type, nullable}
             schema = JobConfig.from_dict({"namespace": {"root": root, "schema": raw_schema}}).namespace.schema
         elif isinstance(raw_schema, Mapping) and "fields" in raw_schema:  # the namespace `schema` property
@@ -240,60 +194,9 @@ def _cmd_create(args: argparse.Namespace) -> Any:
 
 
 # --------------------------------------------------------------------------- describe
-def _table_sizes(uri: str, so: Mapping[str, str] | None) -> tuple[int, int]:
-    """(bytes, versions) of one Lance table: every file under it, every version manifest."""
-    import lance
-    import pyarrow.compute as pc
-
-    files = lance.dataset(uri, storage_options=dict(so) if so else None).all_files().read_all()
-    paths = files.column("path")
-    versions = pc.sum(pc.and_(pc.starts_with(paths, "_versions/"), pc.ends_with(paths, ".manifest"))).as_py() or 0
-    return int(pc.sum(files.column("size_bytes")).as_py() or 0), int(versions)
-
-
-def _describe_tables(ns: PartitionedNamespace, progress: _Progress) -> dict[str, Any]:
-    from lancepart.ids import check_location
-    from lancepart.manifest import MANIFEST_DIR, join_uri
-    from lancepart.parallel import map_threads
-    from lancepart.read.snapshot import open_published
-
-    so = ns.storage_options
-    infos = ns.partitions()
-    progress(f"measuring {len(infos)} partition tables")
-
-    def measure(info) -> dict[str, Any]:
-        ds = open_published(ns.root, info, so)
-        if ds is None:  # declared, not created yet (docs/foreign-writers.md)
-            return {**info.to_dict(), "rows": 0, "bytes": 0, "versions": 0}
-        rows = ds.count_rows()
-        nbytes, versions = _table_sizes(join_uri(ns.root, check_location(info.location, info.object_id, ns.root)), so)
-        return {**info.to_dict(), "rows": rows, "bytes": nbytes, "versions": versions}
-
-    tables = map_threads(measure, infos)
-    m_bytes, m_versions = _table_sizes(join_uri(ns.root, MANIFEST_DIR), so)
-    return {
-        "rows": sum(t["rows"] for t in tables),
-        "bytes": sum(t["bytes"] for t in tables) + m_bytes,
-        "versions": sum(t["versions"] for t in tables) + m_versions,
-        "manifest": {"bytes": m_bytes, "versions": m_versions},
-        "tables": tables,
-    }
-
-
 def _cmd_describe(args: argparse.Namespace) -> Any:
-    from lancepart.spec import schema_to_json
-
     ns = _open(args)
-    out: dict[str, Any] = {
-        "root": ns.root,
-        "manifest_version": ns.manifest_version,
-        "current_spec": ns.current_spec.id,
-        "specs": {k: s.to_json() for k, s in ns.specs.items()},
-        "schema": schema_to_json(ns.schema),
-        "partitions": len(ns.partitions()),
-    }
-    if not args.no_sizes:
-        out.update(_describe_tables(ns, _Progress(args.quiet)))
+    out = describe(ns, sizes=not args.no_sizes, progress=_Progress(args.quiet))
     if args.json:
         return out
     _print_describe(ns, out, args.tables)
@@ -316,9 +219,9 @@ def _print_describe(ns: PartitionedNamespace, out: dict[str, Any], with_tables: 
     print(f"partitions: {out['partitions']}")
     if "bytes" in out:
         print(f"rows: {out['rows']}")
-        print(f"storage: {_human_bytes(out['bytes'])} ({out['bytes']} bytes) in {out['partitions']} tables "
+        print(f"storage: {human_bytes(out['bytes'])} ({out['bytes']} bytes) in {out['partitions']} tables "
               f"+ __manifest, {out['versions']} versions "
-              f"(__manifest: {_human_bytes(out['manifest']['bytes'])}, {out['manifest']['versions']} versions)")
+              f"(__manifest: {human_bytes(out['manifest']['bytes'])}, {out['manifest']['versions']} versions)")
         if with_tables:
             for t in out["tables"]:
                 print(f"  {t['object_id']}  v{t['read_version']}  rows={t['rows']}  bytes={t['bytes']}  "
@@ -374,121 +277,6 @@ def _cmd_rollback(args: argparse.Namespace) -> Any:
 
 
 # --------------------------------------------------------------------------- ingest
-def input_format(path: str, forced: str | None) -> str:
-    """The format of an input file: ``--format`` or its extension (``.parquet``, ``.csv[.gz]``, ...)."""
-    if forced:
-        return forced
-    name = path.lower()
-    for ext in _COMPRESSED:
-        if name.endswith(ext):
-            name = name[: -len(ext)]
-    fmt = _EXTENSIONS.get(os.path.splitext(name)[1])
-    if fmt is None:
-        raise InvalidArgumentError(f"cannot tell the format of input file {path} from its extension; "
-                                   f"pass --format {'|'.join(FORMATS)}")
-    return fmt
-
-
-def open_input(path: str, fmt: str, ns_schema: pa.Schema, batch_rows: int = 65_536
-               ) -> tuple[pa.Schema, Callable[[], Iterator[pa.RecordBatch]]]:
-    """The schema of one input file and a function streaming its record batches; nothing but
-    the schema (Parquet footer, IPC header, first CSV/JSON block) is read up front.
-
-    CSV and JSON columns that the namespace schema knows are parsed as its types, so text
-    dates and timestamps arrive typed; everything else is inferred and checked by the write.
-    """
-    import pyarrow as pa
-
-    if not Path(path).is_file():
-        raise InvalidArgumentError(f"input file {path} does not exist")
-    types = {f.name: f.type for f in ns_schema}
-    try:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            pf = pq.ParquetFile(path)
-            return pf.schema_arrow, lambda: pf.iter_batches(batch_size=batch_rows)
-        if fmt == "ipc":
-            source = pa.memory_map(path)
-            try:
-                reader = pa.ipc.open_file(source)
-                return reader.schema, lambda: (reader.get_batch(i) for i in range(reader.num_record_batches))
-            except pa.ArrowInvalid:  # not the IPC file format: the streaming format
-                stream = pa.ipc.open_stream(pa.memory_map(path))
-                return stream.schema, lambda: iter(stream)
-        if fmt == "csv":
-            import pyarrow.csv as pcsv
-
-            delimiter = "\t" if ".tsv" in path.lower() else ","
-            reader = pcsv.open_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter),
-                                   convert_options=pcsv.ConvertOptions(column_types=types))
-            return reader.schema, lambda: iter(reader)
-        if fmt == "json":
-            import pyarrow.json as pjson
-
-            with open(path, "rb") as f:
-                header = f.readline()
-            try:
-                present = set(json.loads(header)) if header.strip() else set()
-            except ValueError:
-                present = set()
-            # Arrow's JSON parser reads timestamps from strings but not dates or times: those
-            # columns are read as strings and cast batch by batch.
-            as_text = {n: t for n, t in types.items() if n in present and
-                       (pa.types.is_date(t) or pa.types.is_time(t))}
-            explicit = pa.schema([pa.field(n, pa.utf8() if n in as_text else t)
-                                  for n, t in types.items() if n in present])
-            reader = pjson.open_json(path, parse_options=pjson.ParseOptions(explicit_schema=explicit))
-            schema = reader.schema
-            for n, t in as_text.items():
-                i = schema.get_field_index(n)
-                schema = schema.set(i, schema.field(i).with_type(t))
-            return schema, lambda: (b.cast(schema) for b in reader)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InvalidArgumentError(f"cannot read input file {path} as {fmt}: {e}") from None
-    raise InvalidArgumentError(f"unknown input format {fmt!r} (known: {', '.join(FORMATS)})")
-
-
-def input_reader(paths: Sequence[str], fmt: str | None, ns_schema: pa.Schema, progress: Callable[[str], None],
-                 report_every: int = 1_000_000) -> pa.RecordBatchReader:
-    """One stream over every input file, with the first file's schema; later files must have
-    the same columns (in any order) with types that cast safely. All schemas are checked
-    before any row is read."""
-    import pyarrow as pa
-
-    opened = []
-    for path in paths:
-        file_fmt = input_format(path, fmt)
-        schema, batches = open_input(path, file_fmt, ns_schema)
-        opened.append((path, file_fmt, schema, batches))
-    target = opened[0][2]
-    for path, _, schema, _ in opened[1:]:
-        if set(schema.names) != set(target.names):
-            raise SchemaMismatchError(
-                f"input file {path} has columns {sorted(schema.names)}, but {opened[0][0]} has "
-                f"{sorted(target.names)}: every input file needs the same columns")
-
-    def stream() -> Iterator[pa.RecordBatch]:
-        rows = next_report = 0
-        for path, file_fmt, schema, batches in opened:
-            progress(f"reading {path} ({file_fmt})")
-            same = schema.equals(target)
-            try:
-                for batch in batches():
-                    if not same:
-                        batch = batch.select(target.names).cast(target)
-                    rows += batch.num_rows
-                    if rows >= next_report + report_every:
-                        next_report = rows - rows % report_every
-                        progress(f"{rows} rows read")
-                    yield batch
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
-                raise InvalidArgumentError(f"cannot read input file {path} as {file_fmt}: {e}") from None
-        progress(f"{rows} rows read from {len(opened)} file(s); publishing")
-
-    return pa.RecordBatchReader.from_batches(target, stream())
-
-
 def _cmd_ingest(args: argparse.Namespace) -> Any:
     files = list(args.files)
     if args.config and args.root is not None:  # with --config every positional is an input file
@@ -552,7 +340,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> Any:
         return out
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {stats.versions_removed} versions and {stats.files_removed} files "
-          f"({_human_bytes(stats.bytes_removed)}) in {stats.tables_scanned} tables of {ns.root}")
+          f"({human_bytes(stats.bytes_removed)}) in {stats.tables_scanned} tables of {ns.root}")
     if stats.time_travel_from_version is not None:
         print(f"time travel {'would reach' if args.dry_run else 'reaches'} back to __manifest version "
               f"{stats.time_travel_from_version} ({stats.time_travel_from})")
@@ -562,8 +350,10 @@ def _cmd_cleanup(args: argparse.Namespace) -> Any:
 
 
 def _cmd_evolve(args: argparse.Namespace) -> Any:
+    from lancepart.config import load_document
+
     ns = _open(args)
-    value = _load_json_arg(args.spec, "--spec")
+    value = load_document(args.spec, "--spec")
     if isinstance(value, Mapping):
         fields = value.get("fields")
         if fields is None:
@@ -588,30 +378,14 @@ def _cmd_evolve(args: argparse.Namespace) -> Any:
     return None
 
 
-_TYPE_ALIASES = {"string": "utf8", "large_string": "large_utf8", "str": "utf8", "int": "int32", "long": "int64",
-                 "float": "float32", "double": "float64", "boolean": "bool", "binary": "binary"}
-
-
 def _type_arg(text: str, option: str) -> Any:
-    """A column type on the command line: ``int64``, ``string``, ``decimal(12,2)`` or a JSON
-    Arrow type (``{"type": "large_utf8"}``)."""
-    import re
+    from lancepart.errors import InvalidSpecError
+    from lancepart.spec import arrow_type_from_text
 
-    import pyarrow as pa
-
-    from lancepart.spec import arrow_type_from_json
-
-    t = text.strip()
-    m = re.fullmatch(r"decimal(128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)", t, flags=re.IGNORECASE)
     try:
-        if m:
-            make = pa.decimal256 if m.group(1) == "256" else pa.decimal128
-            return make(int(m.group(2)), int(m.group(3)))
-        if t.startswith("{"):
-            return arrow_type_from_json(json.loads(t))
-        return arrow_type_from_json({"type": _TYPE_ALIASES.get(t.lower(), t.lower())})
-    except (ValueError, TypeError, LancepartError) as e:
-        raise InvalidArgumentError(f"{option}: {text!r} is not a column type ({e})") from None
+        return arrow_type_from_text(text)
+    except InvalidSpecError as e:
+        raise InvalidArgumentError(f"{option}: {e}") from None
 
 
 def _name_value(text: str, sep: str, option: str) -> tuple[str, str]:

@@ -151,6 +151,30 @@ def storage_options_from_file(path: str | Path) -> dict[str, str]:
     return {str(k): _storage_value(str(k), v, str(p)) for k, v in data.items()}
 
 
+def load_document(value: str, what: str) -> Any:
+    """A JSON (or YAML) document given inline or as the path of a file: inline JSON is an
+    object or a list, anything else names a file holding JSON or YAML. Errors start with
+    ``what`` (the option or key the value came from) and are :class:`InvalidArgumentError`.
+
+    >>> load_document('{"id": 1, "fields": []}', "--spec")
+    {'id': 1, 'fields': []}
+    """
+    from lancepart.errors import InvalidArgumentError
+
+    p = Path(value)
+    if not value.lstrip().startswith(("{", "[")):
+        if not p.is_file():
+            raise InvalidArgumentError(f"{what}: {value!r} is neither a file nor a JSON object or list")
+        try:
+            return yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise InvalidArgumentError(f"{what}: {p} is neither JSON nor YAML: {e}") from None
+    try:
+        return json.loads(value)
+    except ValueError as e:
+        raise InvalidArgumentError(f"{what}: {value[:80]!r} is not valid JSON ({e})") from None
+
+
 def batch_id_value(value: Any, raw: str | None = None) -> str | None:
     """A config's ``batch_id`` as a string. YAML reads an unquoted ``2025-12-01`` as a date and
     ``20251201`` as an int: both become the text as written (``raw``, the YAML scalar; without

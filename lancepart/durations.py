@@ -4,6 +4,8 @@
 datetime.timedelta(days=1, seconds=43200)
 >>> parse_duration("30 days")
 datetime.timedelta(days=30)
+>>> format_duration(timedelta(hours=36))
+'1d12h'
 """
 
 from __future__ import annotations
@@ -36,3 +38,13 @@ def parse_duration(value: Any) -> timedelta:
     if seconds < 0 or seconds != seconds:
         raise ValueError(f"{value!r} is not a duration: it must be zero or more")
     return timedelta(seconds=seconds)
+
+
+def format_duration(d: timedelta) -> str:
+    """The inverse of :func:`parse_duration` for whole seconds: ``timedelta(hours=36)`` -> ``1d12h``."""
+    rest, out = int(d.total_seconds()), ""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out or "0"

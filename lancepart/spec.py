@@ -193,6 +193,32 @@ def arrow_type_from_json(j: _m.JsonArrowDataType | Mapping[str, Any]) -> pa.Data
     raise InvalidSpecError(f"unsupported Arrow type name {j.type!r} in JSON")
 
 
+_TYPE_ALIASES = {"string": "utf8", "large_string": "large_utf8", "str": "utf8", "int": "int32", "long": "int64",
+                 "float": "float32", "double": "float64", "boolean": "bool", "binary": "binary"}
+_DECIMAL_RE = re.compile(r"decimal(128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)", flags=re.IGNORECASE)
+
+
+def arrow_type_from_text(text: str) -> pa.DataType:
+    """A column type as people write it: a JSON type name (``int64``, ``date32``,
+    ``large_utf8``), a common alias (``string``, ``long``, ``double``, ``boolean``),
+    ``decimal(12,2)`` / ``decimal256(40,4)`` or a JSON Arrow type (``{"type": "large_utf8"}``).
+
+    >>> arrow_type_from_text("decimal(12,2)"), arrow_type_from_text("string")
+    (Decimal128Type(decimal128(12, 2)), DataType(string))
+    """
+    t = text.strip()
+    m = _DECIMAL_RE.fullmatch(t)
+    try:
+        if m:
+            make = pa.decimal256 if m.group(1) == "256" else pa.decimal128
+            return make(int(m.group(2)), int(m.group(3)))
+        if t.startswith("{"):
+            return arrow_type_from_json(json.loads(t))
+        return arrow_type_from_json({"type": _TYPE_ALIASES.get(t.lower(), t.lower())})
+    except (ValueError, TypeError, InvalidSpecError) as e:
+        raise InvalidSpecError(f"{text!r} is not a column type ({e})") from None
+
+
 def _field_to_json(f: pa.Field) -> _m.JsonArrowField:
     md = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()} or None
     return _m.JsonArrowField(name=f.name, nullable=f.nullable, type=arrow_type_to_json(f.type), metadata=md)
