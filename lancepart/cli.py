@@ -188,7 +188,7 @@ def _cmd_create(args: argparse.Namespace) -> Any:
             raise InvalidArgumentError("--schema must be a list of {name, type, nullable} (as in configs/*.yaml) "
                                        "or the JSON schema `lancepart describe --json` prints")
         so = storage_options(args)
-    ns = PartitionedNamespace.create(root, schema, spec, so)
+    ns = PartitionedNamespace.create(root, schema, spec, storage_options=so)
     return {"root": ns.root, "spec_id": ns.current_spec.id, "manifest_version": ns.manifest_version,
             "columns": ns.schema.names}
 

@@ -108,7 +108,7 @@ def open_namespace(properties: Mapping[str, str]):
     if not cfg.manifest_enabled:
         raise ConfigError(f"manifest_enabled=false: {cfg.root} can only be a V1 directory listing, and a "
                           f"partitioned namespace lives in __manifest")
-    return PartitionedNamespace.open(cfg.root, cfg.storage_options or None)
+    return PartitionedNamespace.open(cfg.root, storage_options=cfg.storage_options or None)
 
 
 # --------------------------------------------------------------------------- V1 listing

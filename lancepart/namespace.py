@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart import ids as _ids
+from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.errors import (
     CorruptNamespaceError,
@@ -122,12 +123,14 @@ class PartitionedNamespace:
 
     # ------------------------------------------------------------------ construction
     @classmethod
+    @keyword_only("storage_options")
     @public_operation("create", publishes=False, root_arg=1, outcome=_CREATE_OUTCOME)
     def create(
         cls,
         root: str | os.PathLike[str],
         schema: pa.Schema,
         spec: PartitionSpec | Mapping[str, Any] | str,
+        *,
         storage_options: Mapping[str, str] | None = None,
     ) -> PartitionedNamespace:
         """Create a partitioned namespace: ``__manifest`` with the ``v<id>`` row, the
@@ -159,8 +162,9 @@ class PartitionedNamespace:
         return cls(root_s, manifest, snapshot)
 
     @classmethod
+    @keyword_only("storage_options")
     @public_operation("open", publishes=False, root_arg=1)
-    def open(cls, root: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None, *,
+    def open(cls, root: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None,
              version: int | None = None, as_of: datetime | None = None) -> PartitionedNamespace:
         """Open an existing partitioned namespace; :class:`NamespaceNotFoundError` if there is none.
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.compact import (
@@ -48,14 +49,15 @@ def _rewrite_task(root: str, storage_options: Any) -> Callable[[str], str]:
     return run
 
 
+@keyword_only("storage_options")
 @public_operation("lps.compact", root_arg=1)
 def compact(
     spark,
     root: str,
     filter: str | None = None,
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
-    storage_options: Mapping[str, str] | None = None,
     *,
+    storage_options: Mapping[str, str] | None = None,
     min_small_fragments: int = DEFAULT_MIN_SMALL_FRAGMENTS,
     materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
     compact_manifest_table: bool = True,

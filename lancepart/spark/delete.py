@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.maintenance.delete import TableDelete, TableTodo
 from lancepart.maintenance.delete import delete as _delete
@@ -56,8 +57,9 @@ def _delete_task(root: str, schema_json: str, filter: str, scan_filter: str | No
     return run
 
 
+@keyword_only("storage_options")
 @public_operation("lps.delete", root_arg=1)
-def delete(spark, root: str, filter: str, storage_options: Mapping[str, str] | None = None, *,
+def delete(spark, root: str, filter: str, *, storage_options: Mapping[str, str] | None = None,
            max_retries: int = 20) -> CommitResult:
     """Delete every published row of ``root`` matching ``filter``, the partition tables that may
     hold one spread over Spark tasks (about four per core), published in one ``__manifest`` commit (same result as

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.index.ops import ApplyTables, TableTodo
 from lancepart.index.ops import create_index as _create_index
@@ -74,10 +75,11 @@ def _on_executors(spark, ns: PartitionedNamespace, phases: dict[str, Any]) -> Ca
     return for_op
 
 
+@keyword_only("storage_options")
 @public_operation("lps.create_index", root_arg=1)
-def create_index(spark, root: str, column: str, index_type: str, storage_options: Mapping[str, str] | None = None,
-                 *, name: str | None = None, replace: bool = False, min_rows: int | None = None,
-                 max_retries: int = 20, **params: Any) -> CommitResult:
+def create_index(spark, root: str, column: str, index_type: str, *,
+                 storage_options: Mapping[str, str] | None = None, name: str | None = None, replace: bool = False,
+                 min_rows: int | None = None, max_retries: int = 20, **params: Any) -> CommitResult:
     """Declare an index and build it on every published partition table of ``root`` on the
     executors, published in one ``__manifest`` commit (same result as ``ns.create_index``).
 
@@ -93,8 +95,9 @@ def create_index(spark, root: str, column: str, index_type: str, storage_options
     return result
 
 
+@keyword_only("storage_options")
 @public_operation("lps.drop_index", root_arg=1)
-def drop_index(spark, root: str, name: str, storage_options: Mapping[str, str] | None = None, *,
+def drop_index(spark, root: str, name: str, *, storage_options: Mapping[str, str] | None = None,
                max_retries: int = 20) -> CommitResult:
     """Remove the declared index ``name`` and drop it from every partition table on the executors,
     in one publish (same result as ``ns.drop_index``)."""

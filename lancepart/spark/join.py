@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.namespace import PartitionedNamespace
 from lancepart.read.spj import (
@@ -63,17 +64,18 @@ def _read_columns(columns: Sequence[str] | None, keys: Sequence[str]) -> list[st
     return cols + [k for k in keys if k not in cols]
 
 
+@keyword_only("storage_options", "spj")
 @public_operation("lps.explain_join", publishes=False, root_arg=0)
 def explain_join(left_root: str, right_root: str, on, how: str = "inner", filter_left: str | None = None,
-                 filter_right: str | None = None, storage_options: Mapping[str, str] | None = None,
+                 filter_right: str | None = None, *, storage_options: Mapping[str, str] | None = None,
                  spj: bool = True) -> JoinPlan:
     """How :func:`join` would run, without Spark: the partition groups of a storage-partitioned
     join, or why the join has to shuffle. ``str()`` of the result is a readable report.
 
     >>> # print(lps.explain_join("/data/orders", "/data/customers", on=[("customer_id", "id")]))
     """
-    return plan_join(PartitionedNamespace.open(left_root, storage_options),
-                     PartitionedNamespace.open(right_root, storage_options),
+    return plan_join(PartitionedNamespace.open(left_root, storage_options=storage_options),
+                     PartitionedNamespace.open(right_root, storage_options=storage_options),
                      on, how, filter_left, filter_right, spj)
 
 
@@ -118,8 +120,8 @@ def _shuffled_join(spark, plan: JoinPlan, filter_left: str | None, filter_right:
     exactly like the storage-partitioned result."""
     from pyspark.sql import functions as F
 
-    left = read(spark, plan.left_root, filter_left, lcols, storage_options)
-    right = read(spark, plan.right_root, filter_right, rcols, storage_options)
+    left = read(spark, plan.left_root, filter_left, lcols, storage_options=storage_options)
+    right = read(spark, plan.right_root, filter_right, rcols, storage_options=storage_options)
     rname = {c: f"__lancepart_r{i}" for i, c in enumerate(right.columns)}
     right = right.select([F.col(_q(c)).alias(rname[c]) for c in right.columns])
     cond = functools.reduce(lambda a, b: a & b, [F.col(_q(a)) == F.col(rname[b]) for a, b in plan.pairs])
@@ -137,6 +139,7 @@ def _shuffled_join(spark, plan: JoinPlan, filter_left: str | None, filter_right:
     return joined.select(out)
 
 
+@keyword_only("storage_options")
 @public_operation("lps.join", publishes=False, root_arg=1)
 def join(
     spark,
@@ -148,8 +151,8 @@ def join(
     filter_right: str | None = None,
     columns_left: Sequence[str] | None = None,
     columns_right: Sequence[str] | None = None,
-    storage_options: Mapping[str, str] | None = None,
     *,
+    storage_options: Mapping[str, str] | None = None,
     right_suffix: str = "_right",
     spj: bool = True,
 ):
@@ -167,8 +170,8 @@ def join(
     >>> # lps.join(spark, "/data/orders", "/data/customers", on=[("customer_id", "id")]).lancepart_join.spj
     """
     register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
-    left_ns = PartitionedNamespace.open(left_root, storage_options)
-    right_ns = PartitionedNamespace.open(right_root, storage_options)
+    left_ns = PartitionedNamespace.open(left_root, storage_options=storage_options)
+    right_ns = PartitionedNamespace.open(right_root, storage_options=storage_options)
     lparts, filter_left, lscan = left_ns.scan_plan(filter_left)
     rparts, filter_right, rscan = right_ns.scan_plan(filter_right)
     plan = plan_join(left_ns, right_ns, on, how, filter_left, filter_right, spj, left_partitions=lparts,

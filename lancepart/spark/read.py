@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.namespace import PartitionedNamespace
@@ -298,14 +299,15 @@ def _read_task(root: str, schema_bytes: bytes, filter: str | None, scan_filter: 
 
 
 # --------------------------------------------------------------------------- entry point
+@keyword_only("storage_options")
 @public_operation("lps.read", publishes=False, root_arg=1)
 def read(
     spark,
     root: str,
     filter: str | None = None,
     columns: Sequence[str] | None = None,
-    storage_options: Mapping[str, str] | None = None,
     *,
+    storage_options: Mapping[str, str] | None = None,
     split_rows: int | None = None,
 ):
     """The published snapshot of the namespace at ``root`` as a Spark DataFrame.

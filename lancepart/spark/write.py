@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.ids import check_location
 from lancepart.manifest import join_uri
@@ -155,14 +156,15 @@ def _released(df, cached: bool) -> Iterator[None]:
             df.unpersist()
 
 
+@keyword_only("storage_options")
 @public_operation("lps.write", root_arg=1)
 def write(
     df,
     root: str,
     mode: str = "append",
     batch_id: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
     *,
+    storage_options: Mapping[str, str] | None = None,
     flush_rows: int = 1_000_000,
     max_rows_per_file: int = 1_048_576,
     max_retries: int = 20,

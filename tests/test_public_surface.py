@@ -1,0 +1,114 @@
+"""The public surface is consistent (docs/api.md): every ``lps.*`` function and
+``PartitionedNamespace`` constructor takes ``storage_options`` as a keyword (the positional form
+still works for one release, with a DeprecationWarning).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import pyarrow as pa
+import pytest
+
+from lancepart import PartitionedNamespace
+from lancepart import spark as lps
+from lancepart.errors import NamespaceNotFoundError
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("event_date", pa.date32()), ("country", pa.utf8())])
+BY_COUNTRY = {"id": 1, "fields": [{"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
+                                    "result_type": {"type": "utf8"}}]}
+SO = {"region": "eu-west-1"}
+
+
+class _Session:
+    """Stands in for a SparkSession: the functions only register the data source (skipped when
+    registered) before they open the namespace."""
+
+    _lancepart_registered = True
+
+
+class _Frame:
+    sparkSession = _Session()
+
+
+# what each lps function is called with by position, up to and including storage_options
+# (explain_join: and spj after it), as the previous signatures took them
+POSITIONAL_CALLS = {
+    "write": (_Frame(), "/nowhere", "append", None, SO),
+    "read": (_Session(), "/nowhere", None, None, SO),
+    "compact": (_Session(), "/nowhere", None, 1024, SO),
+    "delete": (_Session(), "/nowhere", "id = 1", SO),
+    "create_index": (_Session(), "/nowhere", "v", "IVF_PQ", SO),
+    "drop_index": (_Session(), "/nowhere", "v_idx", SO),
+    "join": (_Session(), "/nowhere", "/elsewhere", "id", "inner", None, None, None, None, SO),
+    "explain_join": ("/nowhere", "/elsewhere", "id", "inner", None, None, SO, False),
+}
+
+
+@pytest.fixture
+def opened(monkeypatch) -> list[tuple[str, object]]:
+    """Every PartitionedNamespace.open call as (root, storage_options); each one stops the
+    operation with NamespaceNotFoundError (nothing else of it runs)."""
+    calls: list[tuple[str, object]] = []
+
+    def fake_open(cls, root, *, storage_options=None, version=None, as_of=None):
+        calls.append((str(root), storage_options))
+        raise NamespaceNotFoundError(f"no namespace at {root} (test)")
+
+    monkeypatch.setattr(PartitionedNamespace, "open", classmethod(fake_open))
+    return calls
+
+
+@pytest.mark.parametrize("name", sorted(POSITIONAL_CALLS))
+def test_lps_storage_options_is_keyword_only(name):
+    params = inspect.signature(getattr(lps, name)).parameters
+    assert params["storage_options"].kind is inspect.Parameter.KEYWORD_ONLY
+    positional = [p for p in params.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    assert "storage_options" not in [p.name for p in positional]
+
+
+@pytest.mark.parametrize("name", sorted(set(lps.__all__) & {"merge", "search"}))
+def test_lps_functions_that_were_keyword_only_stay_so(name):
+    assert inspect.signature(getattr(lps, name)).parameters["storage_options"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("name", sorted(POSITIONAL_CALLS))
+def test_lps_positional_storage_options_still_work_with_a_deprecation_warning(name, opened):
+    args = POSITIONAL_CALLS[name]
+    with pytest.warns(DeprecationWarning, match=f"{name}\\(\\): passing storage_options.* by position is deprecated"):
+        with pytest.raises(NamespaceNotFoundError):
+            getattr(lps, name)(*args)
+    assert opened == [("/nowhere", SO)]  # the options reached the namespace
+
+    opened.clear()
+    keywords = dict(zip(("storage_options", "spj"), args[len(args) - (2 if name == "explain_join" else 1):],
+                        strict=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the keyword form does not warn
+        with pytest.raises(NamespaceNotFoundError):
+            getattr(lps, name)(*args[:len(args) - len(keywords)], **keywords)
+    assert opened == [("/nowhere", SO)]
+
+
+def test_too_many_positional_arguments_is_a_type_error(opened):
+    with pytest.raises(TypeError, match="delete\\(\\) takes at most 4 positional arguments"):
+        lps.delete(_Session(), "/nowhere", "id = 1", SO, 20)
+    with pytest.raises(TypeError, match="multiple values for argument 'storage_options'"):
+        lps.delete(_Session(), "/nowhere", "id = 1", SO, storage_options=SO)
+    assert opened == []
+
+
+def test_namespace_create_and_open_take_storage_options_by_keyword(tmp_path):
+    for fn in (PartitionedNamespace.create, PartitionedNamespace.open):
+        assert inspect.signature(fn).parameters["storage_options"].kind is inspect.Parameter.KEYWORD_ONLY
+    root = str(tmp_path / "ns")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PartitionedNamespace.create(root, SCHEMA, BY_COUNTRY, storage_options={})
+        assert PartitionedNamespace.open(root, storage_options={}).current_spec.id == 1
+    with pytest.warns(DeprecationWarning, match="PartitionedNamespace.open\\(\\): passing storage_options"):
+        assert PartitionedNamespace.open(root, {}).root == root
+    with pytest.warns(DeprecationWarning, match="PartitionedNamespace.create\\(\\): passing storage_options"):
+        PartitionedNamespace.create(str(tmp_path / "b"), SCHEMA, BY_COUNTRY, {})
+    assert PartitionedNamespace.open(str(tmp_path / "b")).current_spec.id == 1
