@@ -713,7 +713,7 @@ def check_columns(schema: pa.Schema, metadata: Mapping[str, str], uri: str, vers
         raise CorruptNamespaceError(
             f"__manifest at {uri}{at} lacks the columns {', '.join(missing)}: a tool that knows only the "
             f"five directory-namespace columns rewrote it. Nothing was read or written; restore them from "
-            f"__manifest history with `lancepart repair ROOT` (or lancepart.repair.repair_root(ROOT)), "
+            f"__manifest history with `lancepart repair ROOT` (or PartitionedNamespace.repair(ROOT)), "
             f"see docs/foreign-writers.md")
 
 

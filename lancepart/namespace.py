@@ -6,10 +6,12 @@ Spec: spec/partitioning.md "Metadata Definition", "Physical Layout and Naming",
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import posixpath
 import threading
+import types
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -92,6 +94,25 @@ def _resolve_root(root: str | os.PathLike[str]) -> str:
     if root_s.startswith("file:///"):
         root_s = "file://" + posixpath.normpath(root_s[len("file://"):])
     return root_s
+
+
+class _ClassOrInstanceMethod:
+    """A method with a form for the class and one for an instance: ``PartitionedNamespace.repair(root)``
+    works on a root no handle can be opened on, ``ns.repair()`` on the handle's namespace."""
+
+    def __init__(self, on_class: Any, on_instance: Any) -> None:
+        self._on_class, self._on_instance = on_class, on_instance
+        functools.update_wrapper(self, on_class)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        for fn in (self._on_class, self._on_instance):
+            fn.__name__, fn.__qualname__ = name, f"{owner.__qualname__}.{name}"
+        self.__name__, self.__qualname__ = name, f"{owner.__qualname__}.{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return types.MethodType(self._on_class, owner)
+        return types.MethodType(self._on_instance, obj)
 
 
 class PartitionedNamespace:
@@ -578,24 +599,49 @@ class PartitionedNamespace:
         return stats
 
     @public_operation("repair")
-    def repair(self, dry_run: bool = False) -> Any:
-        """Restore ``__manifest`` after a tool that knows only the directory namespace rewrote it
-        without lancepart's columns (``read_version``, ``read_branch``, ``read_tag``,
-        ``partition_field_*``): from the newest earlier version that has them, keeping the rows
-        and table metadata that tool added, in one commit. Returns a
-        :class:`lancepart.repair.RepairReport`; ``dry_run=True`` only reports. A namespace that
-        cannot be opened any more is repaired with :func:`lancepart.repair.repair_root`.
-
-        >>> # ns.repair(dry_run=True).columns_restored
-        """
+    def _repair_open(self, dry_run: bool = False, *, max_retries: int = 20) -> Any:
         self._writable("repair")
         from lancepart.repair import repair
 
-        report = repair(self._manifest, dry_run=dry_run)
+        report = repair(self._manifest, dry_run=dry_run, max_retries=max_retries)
         if not dry_run:
             self.refresh()
         return report
 
+    @classmethod
+    @public_operation("repair", root_arg=1)
+    def _repair_root(cls, root: str | os.PathLike[str], dry_run: bool = False, *,
+                     storage_options: Mapping[str, str] | None = None, max_retries: int = 20) -> Any:
+        from lancepart.repair import repair
+
+        return repair(Manifest(_resolve_root(root), storage_options), dry_run=dry_run, max_retries=max_retries)
+
+    def _repair_on_class(cls, root: str | os.PathLike[str] | PartitionedNamespace, dry_run: bool = False, *,
+                         storage_options: Mapping[str, str] | None = None, max_retries: int = 20) -> Any:
+        """Restore ``__manifest`` after a tool that knows only the directory namespace rewrote it
+        without lancepart's columns (``read_version``, ``read_branch``, ``read_tag``,
+        ``partition_field_*``): from the newest earlier version that has them, keeping the rows
+        and table metadata that tool added, in one commit, and set the flag that makes Lance's
+        DirectoryNamespace refuse to rewrite it again. Returns a
+        :class:`lancepart.repair.RepairReport`; ``dry_run=True`` only reports.
+
+        ``PartitionedNamespace.repair(root, storage_options=...)`` works on the root without opening
+        it: what to use when ``open`` raises :class:`CorruptNamespaceError` for the lost columns.
+        ``ns.repair()`` repairs the namespace a handle was opened on and refreshes the handle.
+
+        >>> # PartitionedNamespace.repair("/data/events", dry_run=True).columns_restored
+        >>> # ns.repair().needed
+        """
+        if isinstance(root, PartitionedNamespace):  # PartitionedNamespace.repair(ns): the method called unbound
+            return root._repair_open(dry_run, max_retries=max_retries)
+        return cls._repair_root(root, dry_run, storage_options=storage_options, max_retries=max_retries)
+
+    def _repair_on_instance(self, dry_run: bool = False, *, max_retries: int = 20) -> Any:
+        return self._repair_open(dry_run, max_retries=max_retries)
+
+    _repair_on_instance.__doc__ = _repair_on_class.__doc__
+    repair = _ClassOrInstanceMethod(_repair_on_class, _repair_on_instance)
+    del _repair_on_class, _repair_on_instance
 
     @public_operation("verify", publishes=False)
     def verify(self, deep: bool = False) -> VerifyReport:

@@ -16,6 +16,7 @@ import datetime
 import io
 import json
 import os
+import pathlib
 import secrets
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import pyarrow as pa
 import pytest
 
 from lancepart import PartitionedNamespace
-from lancepart.errors import CorruptNamespaceError
+from lancepart.errors import CorruptNamespaceError, NamespaceNotFoundError
 from lancepart.manifest import join_uri
 
 # the table metadata key Lance's DirectoryNamespace reads its writer feature flags from
@@ -192,6 +193,36 @@ def test_stripped_manifest_typed_error_cleanup_refused_and_repaired(two_days, op
     with pytest.raises(Exception, match="writer feature flags"):  # the flag is back
         lns.DirectoryNamespace(root=root).create_namespace(lns.CreateNamespaceRequest(id=["again"]))
     assert ns.repair().needed is False
+
+
+def test_stripped_namespace_repaired_through_the_public_class(two_days):
+    """A namespace ``open`` refuses (stripped by DirectoryNamespace) is repaired from the public
+    object, without opening it: ``PartitionedNamespace.repair(root, ...)``; the instance form
+    keeps working on a handle, also when called on the class with the handle."""
+    root = two_days.root
+    expected = sorted_rows(two_days.to_table())
+    unguard(root)
+    foreign_op(root, "create_table")
+    stripped = manifest_ds(root).version
+    with pytest.raises(CorruptNamespaceError, match=r"PartitionedNamespace\.repair\(ROOT\)"):
+        PartitionedNamespace.open(root)
+
+    dry = PartitionedNamespace.repair(root, dry_run=True, storage_options=None)
+    assert dry.needed and dry.dry_run and dry.new_version is None
+    assert dry.columns_restored == tuple(LANCEPART_COLUMNS) and dry.rows_carried_over == ("foreign_tbl",)
+    assert manifest_ds(root).version == stripped
+    with pytest.raises(CorruptNamespaceError):
+        PartitionedNamespace.open(root)
+
+    report = PartitionedNamespace.repair(pathlib.Path(root))
+    assert report.needed and report.new_version == stripped + 1
+    ns = PartitionedNamespace.open(root)
+    assert sorted_rows(ns.to_table()) == expected
+    assert PartitionedNamespace.repair(root).needed is False
+    assert ns.repair().needed is False and ns.repair(True).dry_run
+    assert PartitionedNamespace.repair(ns, dry_run=True).needed is False  # the method called on the class
+    with pytest.raises(NamespaceNotFoundError):
+        PartitionedNamespace.repair(root + "-missing")
 
 
 def test_repair_without_history_says_so(two_days):
