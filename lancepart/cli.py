@@ -365,7 +365,7 @@ def _cmd_evolve(args: argparse.Namespace) -> Any:
     else:
         fields = value
     before = ns.current_spec.id
-    spec = ns.evolve(fields)
+    spec = ns.evolve(fields).spec
     out = {"root": ns.root, "spec_id": spec.id, "created": spec.id != before, "spec": spec.to_json(),
            "manifest_version": ns.manifest_version}
     if args.json:

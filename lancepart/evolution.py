@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ import pyarrow as pa
 from lancepart import ids as _ids
 from lancepart.errors import CommitConflictError, CorruptNamespaceError, InvalidSpecError
 from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, metadata_json
+from lancepart.results import EvolveResult
 from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 
 log = logging.getLogger("lancepart.evolution")
@@ -189,23 +191,27 @@ def _roll_forward(manifest: Manifest, snap: ManifestSnapshot, published: dict[in
 
 
 def evolve(manifest: Manifest, schema: pa.Schema, fields: Sequence[PartitionField | Mapping[str, Any]], *,
-           max_retries: int = 20) -> PartitionSpec:
-    """Add a new partition spec version with ``fields`` and return it; the current spec when
-    ``fields`` define exactly it (so a rerun is a no-op)."""
+           max_retries: int = 20) -> EvolveResult:
+    """Add a new partition spec version with ``fields``; the result's ``spec`` is it, or the
+    current spec when ``fields`` define exactly it (so a rerun is a no-op: ``created`` False)."""
     from lancepart.transforms import validate_spec  # engine-level checks (types, expressions)
 
+    started = time.monotonic()
     if isinstance(fields, Mapping) and "fields" in fields:  # a whole spec object was given
         fields = fields["fields"]
     if not fields:
         raise InvalidSpecError("a partition spec needs at least one field")
-    for _ in range(max_retries + 1):
+    before: int | None = None  # the current spec id when this call started
+    for attempt in range(max_retries + 1):
         snap = manifest.snapshot()
-        published = _roll_forward(manifest, snap, _published_specs(snap), max_retries)
+        published = _published_specs(snap)
+        before = max(published) if before is None else before
+        published = _roll_forward(manifest, snap, published, max_retries)
         existing = [published[k] for k in sorted(published)]
         resolved = resolve_fields(fields, schema, existing)
         current = existing[-1]
         if [f.to_json() for f in resolved] == [f.to_json() for f in current.fields]:
-            return current
+            return _result(manifest, current, before, attempt, started)
         spec = PartitionSpec(max(published) + 1, resolved)
         validate_spec(spec, schema, existing)
         _add_columns(manifest, spec, max_retries)
@@ -215,6 +221,15 @@ def evolve(manifest: Manifest, schema: pa.Schema, fields: Sequence[PartitionFiel
             continue  # someone else evolved to this id first: roll it forward, take the next id
         _publish(manifest, spec, max_retries)
         log.info("partition spec v%d published in %s: %s", spec.id, manifest.uri, spec.to_json_string())
-        return spec
+        return _result(manifest, spec, before, attempt, started)
     raise CommitConflictError(f"evolving {manifest.uri}: {max_retries + 1} attempts lost to concurrent "
                               f"evolutions; nothing was published")
+
+
+def _result(manifest: Manifest, spec: PartitionSpec, before: int, attempt: int, started: float) -> EvolveResult:
+    """``created``: the current spec changed during the call (the new version, or a pending one
+    this call finished that the fields define exactly)."""
+    return EvolveResult(manifest_version=manifest.dataset().version, retries=attempt,
+                        seconds=round(time.monotonic() - started, 3), spec=spec,
+                        details={"spec_id": spec.id, "created": spec.id != before, "previous_spec_id": before,
+                                 "spec": spec.to_json()})

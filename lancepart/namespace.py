@@ -40,7 +40,7 @@ from lancepart.manifest import (
     normalize_root,
     rows_from_records,
 )
-from lancepart.results import CleanupStats, CommitResult, PartitionInfo, VerifyReport
+from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, VerifyReport
 from lancepart.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
 
 SCHEMA_KEY = "schema"
@@ -317,26 +317,29 @@ class PartitionedNamespace:
     # ------------------------------------------------------------------ evolution
     @public_operation("evolve")
     def evolve(self, fields: Sequence[PartitionField | Mapping[str, Any]], *, max_retries: int = 20
-               ) -> PartitionSpec:
-        """Add partition spec version ``v<N+1>`` with ``fields`` (spec "Partition Evolution") and
-        return it; new writes use it, reads and pruning span every version.
+               ) -> EvolveResult:
+        """Add partition spec version ``v<N+1>`` with ``fields`` (spec "Partition Evolution"); new
+        writes use it, reads and pruning span every version. Returns an
+        :class:`~lancepart.results.EvolveResult`, the :class:`CommitResult` of the evolution with
+        the spec in ``result.spec`` and ``details``: ``spec_id``, ``created``,
+        ``previous_spec_id``, ``spec``.
 
         ``fields`` are :class:`PartitionField` or their JSON objects; a field with the
         source_ids and transform of an earlier field reuses its ``field_id`` ("Field ID
         Reuse"), and ``field_id`` may be left out. ``__manifest`` gains the new
         ``partition_field_*`` columns through Lance schema evolution. Defining exactly the
-        current spec again is a no-op that returns it.
+        current spec again is a no-op (``details["created"]`` False, ``result.spec`` the current spec).
 
         >>> # ns.evolve([{"source_ids": [1], "transform": {"type": "year"}, "result_type": {"type": "int32"}},
         >>> #            {"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
-        >>> #             "result_type": {"type": "utf8"}}])
+        >>> #             "result_type": {"type": "utf8"}}]).spec.id
         """
         self._writable("evolve")
         from lancepart.evolution import evolve
 
-        spec = evolve(self._manifest, self._schema, fields, max_retries=max_retries)
+        result = evolve(self._manifest, self._schema, fields, max_retries=max_retries)
         self.refresh()
-        return spec
+        return result
 
     @public_operation("update_schema")
     def update_schema(self, add: Sequence[pa.Field] | None = None, rename: Mapping[str, str] | None = None,
@@ -347,7 +350,9 @@ class PartitionedNamespace:
         partition specs on them keep working), ``drop`` columns (a dropped partition source
         reads as NULL) and ``widen`` types losslessly. Partition tables are not rewritten:
         reads present them in the new schema, writes and compaction bring them up to date
-        (:mod:`lancepart.schema_evolution`, docs/schema-evolution.md).
+        (:mod:`lancepart.schema_evolution`, docs/schema-evolution.md). Returns the
+        :class:`CommitResult`; ``details``: ``added``, ``renamed``, ``dropped``, ``widened`` (what
+        changed), ``schema`` (the new schema's JSON) and ``max_field_id``.
 
         >>> # ns.update_schema(add=[pa.field("score", pa.float64())], rename={"country": "region"},
         >>> #                  widen={"id": pa.int64()})

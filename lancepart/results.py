@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 
@@ -40,6 +41,51 @@ class CommitResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+#: what the result of ``ns.evolve`` still answers for its spec, with a DeprecationWarning (it
+#: was the PartitionSpec itself before it became a CommitResult)
+_SPEC_ATTRIBUTES = frozenset({"id", "fields", "key", "namespace", "field", "to_json", "to_json_string", "to_model",
+                              "check_source_ids"})
+
+
+@dataclass(frozen=True, eq=False)
+class EvolveResult(CommitResult):
+    """What :meth:`PartitionedNamespace.evolve` did: a :class:`CommitResult` whose ``spec`` is the
+    partition spec new writes use (the new version, or the current one when the fields define
+    exactly it and nothing was published). ``details``: ``spec_id``, ``created`` (a new spec
+    version was published), ``previous_spec_id``, ``spec`` (its JSON).
+
+    For one release it also answers what the :class:`PartitionSpec` it used to be answered
+    (``result.id``, ``result.fields``, ``result.to_json()``, ``result == spec``), with a
+    :class:`DeprecationWarning`: use ``result.spec``.
+    """
+
+    spec: Any = None  # PartitionSpec
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(replace(self, spec=None)), "spec": None if self.spec is None else self.spec.to_json()}
+
+    def __getattr__(self, name: str) -> Any:
+        spec = self.__dict__.get("spec")
+        if name in _SPEC_ATTRIBUTES and spec is not None:
+            warnings.warn(f"ns.evolve() returns an EvolveResult (a CommitResult): use result.spec.{name} instead of "
+                          f"result.{name}", DeprecationWarning, stacklevel=2)
+            return getattr(spec, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        from lancepart.spec import PartitionSpec
+
+        if isinstance(other, PartitionSpec):
+            warnings.warn("ns.evolve() returns an EvolveResult (a CommitResult): compare result.spec with a "
+                          "PartitionSpec", DeprecationWarning, stacklevel=2)
+            return self.spec == other
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
+
+    __hash__ = None  # type: ignore[assignment]  # like CommitResult: its details are a dict
 
 
 @dataclass(frozen=True)

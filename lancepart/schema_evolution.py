@@ -208,9 +208,9 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
     """Apply the change to the ``schema`` root property in one ``__manifest`` commit; on a
     conflict with a concurrent schema change, re-validate against the newest schema and retry."""
     started = time.monotonic()
-    add, rename, drop, widen = list(add or []), dict(rename or {}), list(drop or []), dict(widen or {})
-    if isinstance(drop, str):
+    if isinstance(drop, str):  # one column
         drop = [drop]
+    add, rename, drop, widen = list(add or []), dict(rename or {}), list(drop or []), dict(widen or {})
     if not (add or rename or drop or widen):
         raise InvalidArgumentError("update_schema: nothing to change (give add, rename, drop or widen)")
     out: dict[str, Any] = {}
@@ -235,7 +235,9 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
              committed.version)
     return CommitResult(manifest_version=committed.version, retries=retries,
                         seconds=round(time.monotonic() - started, 3),
-                        details={"schema": schema_to_json(new), "max_field_id": top})
+                        details={"added": [f.name for f in add], "renamed": rename, "dropped": drop,
+                                 "widened": {k: str(v) for k, v in widen.items()},
+                                 "schema": schema_to_json(new), "max_field_id": top})
 
 
 # --------------------------------------------------------------------------- partition tables

@@ -526,7 +526,9 @@ class PartitionSpec:
                     )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PartitionSpec) and self.to_json() == other.to_json()
+        if not isinstance(other, PartitionSpec):
+            return NotImplemented  # the other side may know (EvolveResult); else False
+        return self.to_json() == other.to_json()
 
     def __hash__(self) -> int:
         return hash(self.to_json_string())

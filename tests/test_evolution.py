@@ -48,7 +48,7 @@ def test_appendix_a_evolution_v1_to_v2(appendix_ns):
     and partition_field_country (Lance schema evolution, same table, indexes kept) and a v2 row."""
     ns = appendix_ns
     before = lance.dataset(join_uri(ns.root, "__manifest"))
-    spec = ns.evolve(V2_FIELDS)
+    spec = ns.evolve(V2_FIELDS).spec
     assert spec.to_json() == APPENDIX_A["partition_spec_v2"]
     assert ns.current_spec == spec and sorted(ns.specs) == [1, 2]
     md = lance.dataset(join_uri(ns.root, "__manifest")).metadata
@@ -125,9 +125,9 @@ def test_field_id_reuse_rules(appendix_ns, events_schema):
     with pytest.raises(InvalidSpecError, match="at least one field"):
         ns.evolve([])
     assert sorted(ns.refresh().specs) == [1]  # nothing published by the refused evolutions
-    spec2 = ns.evolve([year, bucket])
+    spec2 = ns.evolve([year, bucket]).spec
     assert [f.field_id for f in spec2.fields] == ["event_date_year", "country_bucket_8"]
-    spec3 = ns.evolve([identity_date, {**year}])  # back to days + the v2 year field: both ids reused
+    spec3 = ns.evolve([identity_date, {**year}]).spec  # back to days + the v2 year field: both ids reused
     assert spec3.id == 3 and [f.field_id for f in spec3.fields] == ["event_date", "event_date_year"]
     cols = [n for n in lance.dataset(join_uri(ns.root, "__manifest")).schema.names if n.startswith("partition_field_")]
     assert cols == ["partition_field_event_date", "partition_field_event_date_year", "partition_field_country_bucket_8"]
@@ -135,9 +135,11 @@ def test_field_id_reuse_rules(appendix_ns, events_schema):
 
 def test_evolving_to_the_current_spec_is_a_no_op(appendix_ns):
     ns = appendix_ns
-    spec = ns.evolve(V2_FIELDS)
+    spec = ns.evolve(V2_FIELDS).spec
     version = ns.manifest_version
-    assert ns.evolve(V2_FIELDS) == spec and ns.evolve(spec.to_json()) == spec
+    again = ns.evolve(V2_FIELDS)
+    assert again.spec == spec and again.details["created"] is False and again.manifest_version == version
+    assert ns.evolve(spec.to_json()).spec == spec
     assert ns.refresh().manifest_version == version
 
 
@@ -153,14 +155,15 @@ def test_crash_after_the_row_is_rolled_forward(appendix_ns):
     assert sorted(ns.specs) == [1]
     ns.write(rows(ns, 0, [(D(2025, 12, 10), "US")]))
     assert {p.spec_id for p in ns.partitions()} == {1}
-    spec = ns.evolve([{"source_ids": [2], "transform": {"type": "identity"}, "result_type": {"type": "utf8"}}])
+    spec = ns.evolve([{"source_ids": [2], "transform": {"type": "identity"}, "result_type": {"type": "utf8"}}]).spec
     assert spec.id == 3 and [f.field_id for f in spec.fields] == ["country"]
     assert ns.specs[2] == pending
     # a rerun of the crashed evolution itself finishes it instead of adding a spec
     other = PartitionedNamespace.create(ns.root + "-b", ns.schema, APPENDIX_A["partition_spec_v1"])
     _add_columns(other.manifest, pending, 5)
     _add_row(other.manifest, pending, 5)
-    assert other.evolve(V2_FIELDS) == pending and sorted(other.specs) == [1, 2]
+    finished = other.evolve(V2_FIELDS)  # publishes the pending v2, which the fields define: created
+    assert finished.spec == pending and finished.details["created"] and sorted(other.specs) == [1, 2]
 
 
 EVOLVER = """
@@ -170,7 +173,7 @@ ns = PartitionedNamespace.open(sys.argv[1])
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
 field = {"source_ids": [2], "transform": {"type": "bucket", "num_buckets": int(sys.argv[3])},
          "result_type": {"type": "int32"}}
-print(ns.evolve([field]).id)
+print(ns.evolve([field]).spec.id)
 """
 
 

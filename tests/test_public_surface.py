@@ -1,6 +1,7 @@
 """The public surface is consistent (docs/api.md): every ``lps.*`` function and
 ``PartitionedNamespace`` constructor takes ``storage_options`` as a keyword (the positional form
-still works for one release, with a DeprecationWarning).
+still works for one release, with a DeprecationWarning), and ``evolve`` and ``update_schema``
+both return a CommitResult saying what changed.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import warnings
 import pyarrow as pa
 import pytest
 
-from lancepart import PartitionedNamespace
+from lancepart import CommitResult, PartitionedNamespace, PartitionSpec
 from lancepart import spark as lps
 from lancepart.errors import NamespaceNotFoundError
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("event_date", pa.date32()), ("country", pa.utf8())])
 BY_COUNTRY = {"id": 1, "fields": [{"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
                                     "result_type": {"type": "utf8"}}]}
+BY_YEAR = [{"source_ids": [1], "transform": {"type": "year"}, "result_type": {"type": "int32"}}]
 SO = {"region": "eu-west-1"}
 
 
@@ -112,3 +114,46 @@ def test_namespace_create_and_open_take_storage_options_by_keyword(tmp_path):
     with pytest.warns(DeprecationWarning, match="PartitionedNamespace.create\\(\\): passing storage_options"):
         PartitionedNamespace.create(str(tmp_path / "b"), SCHEMA, BY_COUNTRY, {})
     assert PartitionedNamespace.open(str(tmp_path / "b")).current_spec.id == 1
+
+
+def test_evolve_and_update_schema_both_return_a_commit_result(tmp_path):
+    from lancepart.results import EvolveResult
+
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, BY_COUNTRY)
+    evolved = ns.evolve(BY_YEAR)
+    assert isinstance(evolved, CommitResult) and isinstance(evolved, EvolveResult)
+    assert isinstance(evolved.spec, PartitionSpec) and evolved.spec == ns.current_spec and evolved.spec.id == 2
+    assert evolved.manifest_version == ns.manifest_version and evolved.retries == 0
+    assert evolved.details["created"] is True and evolved.details["spec_id"] == 2
+    assert evolved.details["previous_spec_id"] == 1 and evolved.details["spec"] == evolved.spec.to_json()
+    assert evolved.to_dict()["spec"] == evolved.spec.to_json()
+    again = ns.evolve(BY_YEAR)
+    assert again.details["created"] is False and again.spec == evolved.spec
+    assert again.manifest_version == ns.manifest_version == evolved.manifest_version  # nothing published
+
+    added = ns.update_schema(add=[pa.field("n", pa.int32())])
+    assert type(added) is CommitResult and added.details["added"] == ["n"] and added.details["dropped"] == []
+    changed = ns.update_schema(add=[pa.field("score", pa.float64())], rename={"country": "region"},
+                               widen={"n": pa.int64()}, drop="event_date")
+    assert type(changed) is CommitResult and changed.manifest_version == ns.manifest_version
+    assert changed.details["added"] == ["score"] and changed.details["renamed"] == {"country": "region"}
+    assert changed.details["dropped"] == ["event_date"] and changed.details["widened"] == {"n": "int64"}
+    assert [f["name"] for f in changed.details["schema"]["fields"]] == ["id", "region", "n", "score"]
+    assert ns.schema.names == ["id", "region", "n", "score"] and ns.schema.field("n").type == pa.int64()
+
+
+def test_evolve_result_still_answers_as_the_spec_it_used_to_be(tmp_path):
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, BY_COUNTRY)
+    result = ns.evolve(BY_YEAR)
+    with pytest.warns(DeprecationWarning, match="use result.spec.id"):
+        assert result.id == 2
+    with pytest.warns(DeprecationWarning, match="use result.spec.fields"):
+        assert [f.field_id for f in result.fields] == ["event_date_year"]
+    with pytest.warns(DeprecationWarning, match="use result.spec.to_json"):
+        assert result.to_json() == ns.current_spec.to_json()
+    with pytest.warns(DeprecationWarning, match="compare result.spec"):
+        assert ns.current_spec == result
+    with pytest.warns(DeprecationWarning):
+        assert result != PartitionSpec.from_json(BY_COUNTRY)
+    with pytest.raises(AttributeError):
+        result.no_such_attribute  # noqa: B018
