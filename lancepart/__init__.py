@@ -40,7 +40,8 @@ from lancepart.errors import (  # every public error type (docs/errors.md)
     WorkerEnvironmentError,
 )
 from lancepart.namespace import PartitionedNamespace
-from lancepart.results import CleanupStats, CommitResult, PartitionInfo, Problem, VerifyReport
+from lancepart.repair import RepairReport
+from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, Problem, VerifyReport
 from lancepart.spec import PartitionField, PartitionSpec, Transform
 
 __version__ = "0.1.0"
@@ -56,6 +57,7 @@ __all__ = [
     "DataFilesMissingError",
     "DuplicateKeyError",
     "EngineError",
+    "EvolveResult",
     "ExpectationFailedError",
     "ExpressionEvaluationError",
     "FragmentsGoneError",
@@ -73,6 +75,7 @@ __all__ = [
     "PartitionValueError",
     "PartitionedNamespace",
     "Problem",
+    "RepairReport",
     "RetryableError",
     "RowsOutsideFilterError",
     "SchemaChangedError",

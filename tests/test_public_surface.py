@@ -1,7 +1,8 @@
 """The public surface is consistent (docs/api.md): every ``lps.*`` function and
 ``PartitionedNamespace`` constructor takes ``storage_options`` as a keyword (the positional form
 still works for one release, with a DeprecationWarning), and ``evolve`` and ``update_schema``
-both return a CommitResult saying what changed.
+both return a CommitResult saying what changed, and every public error and result type is
+exported from ``lancepart``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import warnings
 import pyarrow as pa
 import pytest
 
+import lancepart
 from lancepart import CommitResult, PartitionedNamespace, PartitionSpec
 from lancepart import spark as lps
-from lancepart.errors import NamespaceNotFoundError
+from lancepart.errors import LancepartError, NamespaceNotFoundError
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("event_date", pa.date32()), ("country", pa.utf8())])
 BY_COUNTRY = {"id": 1, "fields": [{"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
@@ -157,3 +159,18 @@ def test_evolve_result_still_answers_as_the_spec_it_used_to_be(tmp_path):
         assert result != PartitionSpec.from_json(BY_COUNTRY)
     with pytest.raises(AttributeError):
         result.no_such_attribute  # noqa: B018
+
+
+def test_every_public_error_and_result_type_is_exported():
+    import lancepart.errors as errors
+    import lancepart.results as results
+    from lancepart.repair import RepairReport
+
+    error_types = {n for n, c in vars(errors).items()
+                   if inspect.isclass(c) and issubclass(c, LancepartError) and c.__module__ == errors.__name__}
+    result_types = {n for n, c in vars(results).items() if inspect.isclass(c) and c.__module__ == results.__name__}
+    assert "StorageFullError" in error_types and "EvolveResult" in result_types
+    for name in sorted(error_types | result_types):
+        assert name in lancepart.__all__, name
+        assert getattr(lancepart, name) is (getattr(errors, name, None) or getattr(results, name))
+    assert lancepart.RepairReport is RepairReport and "RepairReport" in lancepart.__all__
