@@ -821,9 +821,9 @@ class NamespaceModel(RuleBasedStateMachine):
         if result is None:
             return
         want = self.current_spec() if tuple(choice) == current else self.current_spec() + 1
-        if result.id != want:
-            self.fail(f"evolve to {choice}: spec id {result.id}, the oracle expected {want}")
-        self.specs[result.id] = tuple(choice)
+        if result.spec.id != want:
+            self.fail(f"evolve to {choice}: spec id {result.spec.id}, the oracle expected {want}")
+        self.specs[result.spec.id] = tuple(choice)
 
     # ------------------------------------------------------------------ maintenance
     def do_compact(self, data, fault: bool = False) -> None:

@@ -70,7 +70,7 @@ def test_to_table_equals_brute_force_across_spec_versions(root, case):
     ns = PartitionedNamespace.create(root, PROP_SCHEMA, {"id": 1, "fields": v1})
     first = _gen_rows(rng, ROWS_PER_VERSION)
     ns.write(first)
-    spec2 = ns.evolve(v2)
+    spec2 = ns.evolve(v2).spec
     assert spec2.id == 2
     second = _gen_rows(rng, ROWS_PER_VERSION)
     second = second.set_column(0, PROP_SCHEMA.field("id"),
