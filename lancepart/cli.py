@@ -476,7 +476,10 @@ def _cmd_verify(args: argparse.Namespace) -> Any:
     root, so = _target(args)
     root = normalize_root(root)
     _Progress(args.quiet)(f"verifying {root}" + (" (deep: every row is read)" if args.deep else ""))
-    report = verify(root, so, deep=args.deep)
+    from lancepart.namespace import PartitionedNamespace
+
+    report = verify(root, so, deep=args.deep,
+                    open_namespace=lambda r, o: PartitionedNamespace.open(r, storage_options=o))
     if not report.ok:
         args.exit_code = EXIT_PROBLEMS
     if args.json:

@@ -660,7 +660,7 @@ class PartitionedNamespace:
         """
         from lancepart.maintenance.verify import verify
 
-        return verify(self.root, self.storage_options, deep=deep)
+        return verify(self.root, self.storage_options, deep=deep, open_namespace=_open_for_verify)
 
     @public_operation("drop_partitions")
     def drop_partitions(self, filter: str, dry_run: bool = False, **options: Any) -> CommitResult:
@@ -769,3 +769,6 @@ class PartitionedNamespace:
         return (f"PartitionedNamespace({redact(self.root)!r}, specs={sorted(self._specs)}, "
                 f"manifest_version={self._snapshot.version})")
 
+
+def _open_for_verify(root: str, storage_options: Mapping[str, str] | None) -> PartitionedNamespace:
+    return PartitionedNamespace.open(root, storage_options=storage_options)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 
 def table_sizes(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[int, int]:
@@ -29,7 +29,7 @@ def table_sizes(uri: str, storage_options: Mapping[str, str] | None = None) -> t
     return int(pc.sum(files.column("size_bytes")).as_py() or 0), int(versions)
 
 
-def namespace_sizes(ns: PartitionedNamespace, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def namespace_sizes(ns: NamespaceHandle, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Rows, bytes and versions of every published partition table of ``ns`` (measured in
     parallel) and of ``__manifest``, with totals: ``{"rows", "bytes", "versions", "manifest":
     {"bytes", "versions"}, "tables": [PartitionInfo.to_dict() + rows, bytes, versions]}``. A
@@ -63,7 +63,7 @@ def namespace_sizes(ns: PartitionedNamespace, progress: Callable[[str], None] | 
     }
 
 
-def describe(ns: PartitionedNamespace, sizes: bool = True,
+def describe(ns: NamespaceHandle, sizes: bool = True,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The JSON description of ``ns``: root, manifest version, current spec id, every spec, the
     schema, the number of partition tables and, with ``sizes``, :func:`namespace_sizes` (which

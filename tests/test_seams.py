@@ -18,11 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from lancepart import schema_evolution
 from lancepart.errors import DuplicateKeyError
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
 from lancepart.spec import field_id_of
+from lancepart.write import upgrade as schema_upgrade
 from tests.conftest import create_events_ns, manifest_version
 
 
@@ -69,7 +69,7 @@ def test_a_schema_upgrade_never_publishes_a_concurrent_delete(root, monkeypatch)
     old = demo_events(200, seed=1, start_id=0, days=1)
     ns.write(old)
     ns.update_schema(add=[pa.field("score", pa.float64())])
-    real = schema_evolution._evolve_table
+    real = schema_upgrade._evolve_table
     fired: list[str] = []
 
     def delete_first(uri, so, md, schema):  # a rival's table commit lands inside the upgrade's window
@@ -78,7 +78,7 @@ def test_a_schema_upgrade_never_publishes_a_concurrent_delete(root, monkeypatch)
             lance.dataset(uri).delete("id < 20")
         return real(uri, so, md, schema)
 
-    monkeypatch.setattr(schema_evolution, "_evolve_table", delete_first)
+    monkeypatch.setattr(schema_upgrade, "_evolve_table", delete_first)
     new = demo_events(50, seed=2, start_id=1_000, days=1)
     ns.write(new)
     assert fired, "the write did not upgrade an old table"

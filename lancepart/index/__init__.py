@@ -31,7 +31,7 @@ from lancepart.manifest import LanceCommitConflictError, backoff, is_commit_conf
 from lancepart.write.tables import _ident, commit_exactly
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 PROPERTY_PREFIX = "lancepart.index."
 #: Tables with fewer rows than this at their published version are left unindexed (default).
@@ -90,7 +90,7 @@ def declarations(metadata: Mapping[str, str]) -> list[IndexDeclaration]:
     return out
 
 
-def declared_indexes(ns: PartitionedNamespace) -> list[IndexDeclaration]:
+def declared_indexes(ns: NamespaceHandle) -> list[IndexDeclaration]:
     """The indexes declared in the snapshot ``ns`` reads (a read-only handle: as of its version)."""
     return declarations(ns.snapshot().metadata)
 

@@ -42,7 +42,7 @@ from lancepart.results import CommitResult
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 log = logging.getLogger("lancepart.index")
 
@@ -127,7 +127,7 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
                  "pinned_skipped": seen.get("pinned", [])})
 
 
-def create_index(ns: PartitionedNamespace, column: str, index_type: str, *, name: str | None = None,
+def create_index(ns: NamespaceHandle, column: str, index_type: str, *, name: str | None = None,
                  replace: bool = False, min_rows: int | None = None, max_retries: int = 20,
                  apply_tables: Callable[[str], ApplyTables] | None = None, **params: Any) -> CommitResult:
     """Declare an index and build it on every published partition table of at least ``min_rows``
@@ -163,7 +163,7 @@ def create_index(ns: PartitionedNamespace, column: str, index_type: str, *, name
     return result
 
 
-def drop_index(ns: PartitionedNamespace, name: str, *, max_retries: int = 20,
+def drop_index(ns: NamespaceHandle, name: str, *, max_retries: int = 20,
                apply_tables: Callable[[str], ApplyTables] | None = None) -> CommitResult:
     """Remove the declaration ``name`` (from then on no write keeps it), then drop the index from
     every published partition table in one publish. :class:`InvalidArgumentError` if it is not
@@ -228,7 +228,7 @@ def coverage(root: str, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration
     return out
 
 
-def list_indexes(ns: PartitionedNamespace) -> list[dict[str, Any]]:
+def list_indexes(ns: NamespaceHandle) -> list[dict[str, Any]]:
     """The declared indexes of the snapshot ``ns`` reads, each with its coverage
     (:func:`coverage`)."""
     decls = declarations(ns.snapshot().metadata)

@@ -55,7 +55,7 @@ from lancepart.write.publish import LeaveOut, Made, TableChange, publish_changes
 from lancepart.write.tables import commit_table
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 log = logging.getLogger("lancepart.maintenance")
 
@@ -214,7 +214,7 @@ def _skip_reason(p: PartitionInfo) -> str | None:
 
 
 def plan_compaction(
-    ns: PartitionedNamespace,
+    ns: NamespaceHandle,
     filter: str | None = None,
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     *,
@@ -479,13 +479,14 @@ def finish_compaction(
     return result
 
 
-def upgrade_outdated(ns: PartitionedNamespace, filter: str | None = None) -> tuple[int, dict[str, str]]:
+def upgrade_outdated(ns: NamespaceHandle, filter: str | None = None) -> tuple[int, dict[str, str]]:
     """Bring every partition table ``filter`` selects that is in an older form of the schema up
-    to date (:func:`~lancepart.schema_evolution.upgrade_table`); ``(tables upgraded, {object_id:
+    to date (:func:`~lancepart.write.upgrade.upgrade_table`); ``(tables upgraded, {object_id:
     why it was skipped})``. Compaction runs this first: it rewrites old tables into the current
     schema."""
     from lancepart.read.snapshot import open_published
-    from lancepart.schema_evolution import MAX_FIELD_ID_KEY, is_current, upgrade_table, upgrade_tables
+    from lancepart.schema_evolution import MAX_FIELD_ID_KEY, is_current
+    from lancepart.write.upgrade import upgrade_table, upgrade_tables
 
     md = ns.snapshot().metadata
     if MAX_FIELD_ID_KEY not in md:  # the schema never changed: every table is current
@@ -512,7 +513,7 @@ def upgrade_outdated(ns: PartitionedNamespace, filter: str | None = None) -> tup
 
 
 def compact(
-    ns: PartitionedNamespace,
+    ns: NamespaceHandle,
     filter: str | None = None,
     target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     *,

@@ -55,7 +55,7 @@ from lancepart.write.publish import Made, TableChange, TableWork, publish_change
 from lancepart.write.tables import _ident, commit_exactly
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 log = logging.getLogger("lancepart.maintenance")
 _ADDR = "_rowaddr"
@@ -90,8 +90,8 @@ def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, s
                        ) -> np.ndarray:
     """Row addresses (``_rowaddr``) of the rows of ``ds`` for which ``filter`` is TRUE: the
     columns it names are read (``scan_filter`` pushed into the scan), then ``filter`` is applied
-    exactly by DataFusion, as :meth:`PartitionedNamespace.to_table` applies it."""
-    from lancepart.read.prune import filter_columns
+    exactly by DataFusion, as :meth:`NamespaceHandle.to_table` applies it."""
+    from lancepart.read.predicates import filter_columns
     from lancepart.read.snapshot import apply_filter
     from lancepart.schema_evolution import read_columns
 
@@ -196,7 +196,7 @@ def entire_tables(filter: str, schema: pa.Schema, specs: Mapping[int, PartitionS
     drop_partitions uses (:func:`lancepart.maintenance.drop.matching_tables`: the filter names only
     identity-partitioned columns and is TRUE on the partition values); empty where that cannot be
     decided (those tables are read)."""
-    from lancepart.read.projection import matching_tables
+    from lancepart.read.manifest_query import matching_tables
 
     try:
         picked = matching_tables(filter, schema, dict(specs), pins)
@@ -205,7 +205,7 @@ def entire_tables(filter: str, schema: pa.Schema, specs: Mapping[int, PartitionS
     return set(pins.column("object_id").take(pa.array(picked, pa.int64())).to_pylist()) if picked else set()
 
 
-def delete(ns: PartitionedNamespace, filter: str, *, max_retries: int = 20,
+def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
            apply_tables: ApplyTables | None = None, phases: dict[str, Any] | None = None) -> CommitResult:
     """Delete every published row matching ``filter`` (SQL over source columns) in one publish.
     ``apply_tables`` runs the per-table deletes elsewhere (``lancepart.spark.delete``: on the

@@ -33,11 +33,11 @@ import pyarrow as pa
 from lancepart import ids as _ids
 from lancepart.errors import InvalidFilterError
 from lancepart.manifest import ManifestSnapshot
-from lancepart.read.projection import matching_tables
+from lancepart.read.manifest_query import matching_tables
 from lancepart.results import CommitResult
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 # matching_tables (the strict projection) lives in lancepart.read.projection; importable from here too
 __all__ = ["drop_partitions", "matching_tables"]
@@ -71,7 +71,7 @@ def _without(snap: ManifestSnapshot, drop: Sequence[int]) -> tuple[pa.Table, lis
     return rows.filter(pa.array(keep)), namespaces
 
 
-def drop_partitions(ns: PartitionedNamespace, filter: str, *, dry_run: bool = False, max_retries: int = 20
+def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, max_retries: int = 20
                     ) -> CommitResult:
     """Remove from ``__manifest``, in one publish, every partition table ``filter`` selects
     entirely (and the namespace rows left without children). The tables' files stay until a

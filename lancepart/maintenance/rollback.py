@@ -57,7 +57,7 @@ from lancepart.write import batches, faults
 from lancepart.write.tables import _ident, commit_exactly
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 log = logging.getLogger("lancepart.maintenance")
 ROLLBACK_TO_PROPERTY = "lancepart.rollback_to"  # transaction property: the version a rollback restored
@@ -131,7 +131,7 @@ def restore_table(root: str, location: str, version: int, storage_options: Mappi
     return made
 
 
-def rollback(ns: PartitionedNamespace, version: int, *, max_retries: int = 20) -> CommitResult:
+def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20) -> CommitResult:
     """Publish snapshot ``version`` of ``__manifest`` as a new version (module docstring)."""
     started = time.monotonic()
     manifest = ns.manifest

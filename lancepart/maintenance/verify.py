@@ -32,9 +32,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lance
 import numpy as np
@@ -50,6 +50,9 @@ from lancepart.results import PartitionInfo, Problem, VerifyReport
 from lancepart.schema_evolution import MAX_FIELD_ID_KEY, conform, is_current, source_columns, table_field_ids
 from lancepart.spec import FIELD_ID_KEY_BYTES, PartitionSpec, field_id_of
 from lancepart.transforms import losslessly_castable
+
+if TYPE_CHECKING:
+    from lancepart.handle import NamespaceHandle
 
 log = logging.getLogger("lancepart.maintenance")
 
@@ -291,13 +294,14 @@ def check_indexes(info: PartitionInfo, ds: lance.LanceDataset, decls: Sequence[I
 
 
 def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bool = False, *,
+           open_namespace: Callable[[str, Mapping[str, str] | None], NamespaceHandle],
            progress_every: int = 100) -> VerifyReport:
-    """Check the namespace at ``root`` and report every problem found (never raises for one).
+    """Check the namespace at ``root`` and report every problem found (never raises for one);
+    ``open_namespace(root, storage_options)`` opens it (``PartitionedNamespace.open``), after
+    ``__manifest`` itself was checked.
 
-    >>> # report = verify("/data/events", deep=True); report.ok, [p.kind for p in report.problems]
+    >>> # report = verify("/data/events", deep=True, open_namespace=opener); report.ok
     """
-    from lancepart.namespace import PartitionedNamespace
-
     started = time.monotonic()
     manifest = Manifest(root, storage_options)
     try:
@@ -308,7 +312,7 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
     specs, problems = _specs_of(dict(raw.metadata))
     problems += check_manifest_columns(raw.schema, specs)
     try:
-        ns = PartitionedNamespace.open(root, storage_options=storage_options)
+        ns = open_namespace(root, storage_options)
     except (LancepartError, KeyError) as e:
         problems.append(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "namespace_unreadable",
                                 f"the namespace cannot be opened: {type(e).__name__}: {e}"))

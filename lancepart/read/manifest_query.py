@@ -36,14 +36,13 @@ scan (:attr:`PruneResult.residual`). :mod:`lancepart.read.prune` re-exports the 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart.errors import InvalidArgumentError
+from lancepart.errors import InvalidArgumentError, InvalidFilterError
 from lancepart.read.predicates import (
     _P,
     _PFALSE,
@@ -66,11 +65,13 @@ from lancepart.read.predicates import (
     _short,
     _sql_literal,
     _sql_string,
+    filter_columns,
 )
-from lancepart.read.projection import _SpecProjector
+from lancepart.read.projection import _ROW
+from lancepart.read.visitors import _spec_rows, _SpecProjector, _strict_sources
 from lancepart.spec import PartitionSpec
 
-__all__ = ["PruneResult", "filter_columns", "prune"]
+__all__ = ["PruneResult", "filter_columns", "matching_tables", "prune"]
 
 _MANIFEST = "__manifest"
 _SELECT_COLUMNS = ("object_id", "location", "read_version", "read_branch", "read_tag")
@@ -132,23 +133,6 @@ def _scan_literal(s: pa.Scalar) -> str | None:
 
 
 # =========================================================================== result
-
-
-_IDENTIFIER = re.compile(r'"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*)')
-
-
-def filter_columns(filter: str | None, schema: pa.Schema) -> list[str]:
-    """The namespace columns ``filter`` may mention (a superset: every identifier-like token
-    that names a column, unquoted ones also case-folded as DataFusion does), in schema order."""
-    if not filter:
-        return []
-    tokens = set()
-    for quoted, bare in _IDENTIFIER.findall(filter):
-        if quoted:
-            tokens.add(quoted.replace('""', '"'))
-        else:
-            tokens.update((bare, bare.lower()))
-    return [n for n in schema.names if n in tokens]
 
 
 @dataclass(frozen=True)
@@ -327,3 +311,47 @@ def _run(sql: str, rows: pa.Table) -> pa.Table:
         raise InvalidArgumentError(f"the partition pruning query failed: {_short(str(e))}\n{sql}") from None
     mask = pc.is_in(rows.column("object_id"), value_set=out.column("object_id").combine_chunks())
     return rows.filter(mask)
+
+
+def matching_tables(filter: str, schema: pa.Schema, specs: dict[int, PartitionSpec], rows: pa.Table) -> list[int]:
+    """Row numbers of the partition tables of ``rows`` (``__manifest`` rows) that ``filter``
+    selects entirely, by strict projection; :class:`InvalidFilterError` where that cannot be
+    decided (module docstring)."""
+    from lancepart.read.snapshot import apply_filter
+
+    inclusive = prune(filter, schema, specs, rows)  # validates the filter; names unknown columns
+    kept = set(inclusive.object_ids)
+    columns = filter_columns(filter, schema)
+    object_ids = rows.column("object_id")
+    out: list[int] = []
+    for spec_id, spec in sorted(specs.items()):
+        idx = _spec_rows(rows, spec_id)
+        if not len(idx):
+            continue
+        strict = _strict_sources(spec, schema)
+        other = [c for c in columns if c not in strict]
+        if other:
+            maybe = [i for i in idx.tolist() if object_ids[i].as_py() in kept]
+            if maybe:
+                raise InvalidFilterError(
+                    f"filter {filter!r}: column {other[0]!r} is not an identity partition field of spec v{spec_id}, "
+                    f"so whether {len(maybe)} of its partitions match entirely cannot be decided; drop_partitions "
+                    f"takes filters over identity-partitioned columns only "
+                    f"({sorted(strict) or 'spec v' + str(spec_id) + ' has none'})")
+            continue
+        sub = rows.take(pa.array(idx, pa.int64()))
+        cols = [pa.array(idx, pa.int64())]
+        fields = [pa.field(_ROW, pa.int64())]
+        for name in columns:
+            f = strict[name]
+            column = f.projection.strict_project(f.column)
+            src = schema.field(name)
+            value = sub.column(column) if column in sub.column_names else pa.nulls(len(idx), src.type)
+            cols.append(value.cast(src.type))
+            fields.append(pa.field(name, src.type))
+        table = pa.Table.from_arrays(cols, schema=pa.schema(fields))
+        try:
+            out.extend(apply_filter(table, filter).column(_ROW).to_pylist())
+        except InvalidArgumentError as e:
+            raise InvalidFilterError(str(e)) from None
+    return sorted(out)

@@ -747,3 +747,20 @@ def _one_of(column: str, values: pa.Array) -> _P:
     if values.null_count:
         parts.append(_PIsNull(column, False))
     return _por(parts)
+
+
+_IDENTIFIER = re.compile(r'"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*)')
+
+
+def filter_columns(filter: str | None, schema: pa.Schema) -> list[str]:
+    """The namespace columns ``filter`` may mention (a superset: every identifier-like token
+    that names a column, unquoted ones also case-folded as DataFusion does), in schema order."""
+    if not filter:
+        return []
+    tokens = set()
+    for quoted, bare in _IDENTIFIER.findall(filter):
+        if quoted:
+            tokens.add(quoted.replace('""', '"'))
+        else:
+            tokens.update((bare, bare.lower()))
+    return [n for n in schema.names if n in tokens]

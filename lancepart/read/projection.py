@@ -51,10 +51,11 @@ value, NULL-aware). When every column a filter names has such a field in a spec 
 evaluating the filter, with DataFusion, on the partition values alone gives its result for every
 row of each partition: TRUE selects the partition, FALSE or NULL does not. A spec version where a
 filter column has none (a ``year``, ``bucket`` or ``truncate`` field, or no field at all) makes
-:func:`matching_tables` fail with :class:`InvalidFilterError` naming the column, unless the
-inclusive projection proves that no partition of that version can hold a matching row.
+:func:`lancepart.read.manifest_query.matching_tables` fail with :class:`InvalidFilterError`
+naming the column, unless the inclusive projection proves that no partition of that version can hold a matching row.
 
 >>> from lancepart.read.predicates import _parse
+>>> from lancepart.read.visitors import _SpecProjector
 >>> from lancepart.spec import PartitionSpec
 >>> schema = pa.schema([pa.field("d", pa.date32(), metadata={"lance:field_id": "1"})])
 >>> spec = PartitionSpec.from_json({"id": 1, "fields": [{"field_id": "y", "source_ids": [1],
@@ -69,31 +70,24 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from lancepart import ids as _ids
-from lancepart.errors import InvalidArgumentError, InvalidFilterError, InvalidSpecError
 from lancepart.read.predicates import (
     _P,
     _PER_SECOND,
     _PFALSE,
     _PTRUE,
-    _And,
     _Cmp,
-    _Const,
     _from_int,
     _In,
     _is_string,
     _IsNull,
     _Like,
     _one_of,
-    _Or,
     _pand,
     _PCmp,
     _PIn,
@@ -105,15 +99,10 @@ from lancepart.read.predicates import (
     _PStartsWith,
     _storage,
     _to_int,
-    _Unknown,
-    _value_type,
 )
-from lancepart.spec import PartitionField, PartitionSpec, field_id_of
+from lancepart.spec import PartitionField
 
-if TYPE_CHECKING:
-    from lancepart.transforms import BaseTransform
-
-__all__ = ["MAX_POINTS", "Projection", "matching_tables"]
+__all__ = ["MAX_POINTS", "Projection"]
 
 #: the most literal values (or tuples, or enumerated range values) a field's projection evaluates
 MAX_POINTS = 4096
@@ -133,7 +122,7 @@ class _Field:
     """One partition field as the projection sees it."""
 
     field: PartitionField
-    transform: BaseTransform | None  # None: a transform this version does not know (keeps everything)
+    transform: Any  # None: a transform this version does not know (keeps everything)
     sources: list[tuple[str | None, pa.DataType]]  # (column name or None when removed, type)
 
     @property
@@ -506,179 +495,3 @@ class HourProjection(_DatePartProjection):
 
     cycle_days: ClassVar[int] = 1
     steps_per_day: ClassVar[int] = 24
-
-
-# =========================================================================== inclusive visitor
-
-
-def _fields(spec: PartitionSpec, schema: pa.Schema, columns: Iterable[str] | None) -> list[_Field]:
-    """The fields of ``spec`` with a ``__manifest`` column among ``columns`` (None: every field)."""
-    from lancepart.transforms import transform_for
-
-    top = {fid: f for f in schema if (fid := field_id_of(f)) is not None}
-    have = None if columns is None else set(columns)
-    out: list[_Field] = []
-    for pf in spec.fields:
-        if have is not None and pf.column_name not in have:
-            continue  # no manifest column to filter on
-        try:
-            tf: BaseTransform | None = transform_for(pf)
-        except InvalidSpecError:
-            tf = None
-        sources = [(top[s].name, _value_type(top[s].type)) if s in top else (None, pa.null()) for s in pf.source_ids]
-        out.append(_Field(pf, tf, sources))
-    return out
-
-
-class _SpecProjector:
-    """Projects source predicates onto the ``partition_field_*`` columns of one spec version."""
-
-    def __init__(self, spec: PartitionSpec, schema: pa.Schema, columns: Iterable[str]) -> None:
-        self.fields = _fields(spec, schema, columns)
-        self.by_column: dict[str, list[_Field]] = {}
-        for f in self.fields:
-            if (single := f.single) is not None:
-                self.by_column.setdefault(single[0], []).append(f)
-
-    def project(self, p: _Pred) -> _P:
-        if isinstance(p, _Const):
-            return _PTRUE if p.value else _PFALSE
-        if isinstance(p, _Unknown):
-            return _PTRUE
-        if isinstance(p, _And):
-            return self.project_and(p.items)
-        if isinstance(p, _Or):
-            return _por(self.project(i) for i in p.items)
-        return _pand(f.projection.project(f, p) for f in self.by_column.get(p.column, ()))  # type: ignore[attr-defined]
-
-    def project_and(self, items: Sequence[_Pred]) -> _P:
-        parts = [self.project(i) for i in items]
-        if any(p == _PFALSE for p in parts):
-            return _PFALSE
-        # Conjunction-level facts: points (=, IN, IS NULL, OR of those) and two-sided bounds.
-        points: dict[str, list[pa.Scalar | None]] = {}
-        bounds: dict[str, list[tuple[str, pa.Scalar]]] = {}
-        for item in items:
-            for col, vals in _points_of(item).items():
-                points[col] = vals if col not in points else _intersect(points[col], vals)
-            if isinstance(item, _Cmp) and item.op in ("<", "<=", ">", ">="):
-                bounds.setdefault(item.column, []).append((item.op, item.value))
-        if any(not v for v in points.values()):
-            return _PFALSE
-        for f in self.fields:
-            if f.single is None:
-                parts.append(f.projection.project_tuples(f, points))
-            elif f.single[0] in bounds:
-                parts = f.projection.project_range(f, bounds[f.single[0]], parts)
-        return _pand(parts)
-
-
-def _points_of(p: _Pred) -> dict[str, list[pa.Scalar | None]]:
-    """Columns a predicate pins to a finite set of values (None = NULL) whenever it is TRUE."""
-    if isinstance(p, _Cmp) and p.op == "=":
-        return {p.column: [p.value]}
-    if isinstance(p, _In) and not p.negated and len(p.values) <= MAX_POINTS:
-        return {p.column: list(p.values)}
-    if isinstance(p, _IsNull) and not p.negated:
-        return {p.column: [None]}
-    if isinstance(p, _Like) and not p.negated and not p.case_insensitive:
-        prefix, exact = _like_prefix(p.pattern, p.escape)
-        return {p.column: [pa.scalar(prefix)]} if exact else {}
-    if isinstance(p, _Or):
-        subs = [_points_of(i) for i in p.items]
-        cols = {c for s in subs for c in s}
-        if len(cols) == 1 and all(len(s) == 1 for s in subs):
-            (col,) = cols
-            out: list[pa.Scalar | None] = []
-            for s in subs:
-                out.extend(s[col])
-            return {col: out} if len(out) <= MAX_POINTS else {}
-    if isinstance(p, _And):
-        merged: dict[str, list[pa.Scalar | None]] = {}
-        for i in p.items:
-            for col, vals in _points_of(i).items():
-                merged[col] = vals if col not in merged else _intersect(merged[col], vals)
-        return merged
-    return {}
-
-
-def _same(a: pa.Scalar | None, b: pa.Scalar | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    try:
-        return a.equals(b.cast(a.type)) if a.type != b.type else a.equals(b)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return False
-
-
-def _intersect(a: list[pa.Scalar | None], b: list[pa.Scalar | None]) -> list[pa.Scalar | None]:
-    if len(a) * len(b) > MAX_POINTS * 4:
-        return a if len(a) <= len(b) else b  # too large to intersect cheaply: either is a superset
-    return [x for x in a if any(_same(x, y) for y in b)]
-
-
-# =========================================================================== strict visitor
-
-
-def _strict_sources(spec: PartitionSpec, schema: pa.Schema) -> dict[str, _Field]:
-    """Source column name -> the first field of ``spec`` with a strict projection of it."""
-    out: dict[str, _Field] = {}
-    for f in _fields(spec, schema, None):
-        if (single := f.single) is not None and single[0] not in out:
-            if f.projection.strict_project(f.column) is not None:
-                out[single[0]] = f
-    return out
-
-
-def _spec_rows(rows: pa.Table, spec_id: int) -> np.ndarray:
-    """Row numbers of the partition table rows of spec version ``spec_id``."""
-    is_table = pc.equal(rows.column("object_type"), "table")
-    prefix = pc.starts_with(rows.column("object_id"), f"v{spec_id}{_ids.DELIMITER}")
-    suffix = pc.ends_with(rows.column("object_id"), f"{_ids.DELIMITER}{_ids.TABLE_NAME}")
-    mask = pc.and_(pc.and_(is_table, prefix), suffix)
-    return np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))
-
-
-def matching_tables(filter: str, schema: pa.Schema, specs: dict[int, PartitionSpec], rows: pa.Table) -> list[int]:
-    """Row numbers of the partition tables of ``rows`` (``__manifest`` rows) that ``filter``
-    selects entirely, by strict projection; :class:`InvalidFilterError` where that cannot be
-    decided (module docstring)."""
-    from lancepart.read.manifest_query import filter_columns, prune
-    from lancepart.read.snapshot import apply_filter
-
-    inclusive = prune(filter, schema, specs, rows)  # validates the filter; names unknown columns
-    kept = set(inclusive.object_ids)
-    columns = filter_columns(filter, schema)
-    object_ids = rows.column("object_id")
-    out: list[int] = []
-    for spec_id, spec in sorted(specs.items()):
-        idx = _spec_rows(rows, spec_id)
-        if not len(idx):
-            continue
-        strict = _strict_sources(spec, schema)
-        other = [c for c in columns if c not in strict]
-        if other:
-            maybe = [i for i in idx.tolist() if object_ids[i].as_py() in kept]
-            if maybe:
-                raise InvalidFilterError(
-                    f"filter {filter!r}: column {other[0]!r} is not an identity partition field of spec v{spec_id}, "
-                    f"so whether {len(maybe)} of its partitions match entirely cannot be decided; drop_partitions "
-                    f"takes filters over identity-partitioned columns only "
-                    f"({sorted(strict) or 'spec v' + str(spec_id) + ' has none'})")
-            continue
-        sub = rows.take(pa.array(idx, pa.int64()))
-        cols = [pa.array(idx, pa.int64())]
-        fields = [pa.field(_ROW, pa.int64())]
-        for name in columns:
-            f = strict[name]
-            column = f.projection.strict_project(f.column)
-            src = schema.field(name)
-            value = sub.column(column) if column in sub.column_names else pa.nulls(len(idx), src.type)
-            cols.append(value.cast(src.type))
-            fields.append(pa.field(name, src.type))
-        table = pa.Table.from_arrays(cols, schema=pa.schema(fields))
-        try:
-            out.extend(apply_filter(table, filter).column(_ROW).to_pylist())
-        except InvalidArgumentError as e:
-            raise InvalidFilterError(str(e)) from None
-    return sorted(out)

@@ -111,7 +111,7 @@ def vector_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def _read_schema(schema: pa.Schema, columns: Sequence[str] | None, filter: str | None,
                  extra: Sequence[str] = ()) -> tuple[list[str], pa.Schema]:
-    from lancepart.read.prune import filter_columns
+    from lancepart.read.predicates import filter_columns
 
     cols = list(columns) if columns is not None else list(schema.names)
     unknown = [c for c in cols if c not in schema.names]

@@ -112,7 +112,7 @@ def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, f
     (:mod:`lancepart.schema_evolution`; ``namespace_md`` are the root properties): renamed
     columns under their new names, widened ones cast, missing ones NULL, dropped ones left out;
     the filter is not pushed into such a table (its column names may mean other fields)."""
-    from lancepart.read.prune import filter_columns
+    from lancepart.read.predicates import filter_columns
     from lancepart.schema_evolution import conform, is_current, source_columns
 
     namespace_md = dict(namespace_md or {})

@@ -117,7 +117,7 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
                         written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so)
                     else:
                         from lancepart.manifest import Manifest
-                        from lancepart.schema_evolution import append_fragments
+                        from lancepart.write.upgrade import append_fragments
 
                         written = append_fragments(Manifest(root, so), oid, location, rows, schema,
                                                    max_rows_per_file=max_rows_per_file)

@@ -138,7 +138,7 @@ def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Se
 
     def move(item: tuple[TableWrite, object]) -> list[FragmentMetadata]:
         w, ref = item
-        from lancepart.schema_evolution import append_fragments
+        from lancepart.write.upgrade import append_fragments
 
         ours = lance.dataset(join_uri(manifest.root, w.location), version=w.created, storage_options=so)
         rows = ours.to_table().select(schema.names).cast(schema)

@@ -21,16 +21,16 @@ from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError, SchemaChangedError
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import append_fragments, upgrade_tables
 from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
 from lancepart.write.publish import TableWrite, already_published, publish
 from lancepart.write.reserve import reserve_partitions
+from lancepart.write.upgrade import append_fragments, upgrade_tables
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 log = logging.getLogger("lancepart.write")
 MODES = ("append", "overwrite")
@@ -78,7 +78,7 @@ def write_local(*args, **kwargs) -> CommitResult:
 
 
 def _write_local(
-    ns: PartitionedNamespace,
+    ns: NamespaceHandle,
     data: pa.Table | pa.RecordBatchReader | pa.RecordBatch,
     mode: str = "append",
     batch_id: str | None = None,

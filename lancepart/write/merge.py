@@ -71,7 +71,6 @@ from lancepart.manifest import (
 )
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import append_fragments
 from lancepart.write import batches, faults
 from lancepart.write.create import NewTables, create_table_with
 from lancepart.write.guard import commit_on_published
@@ -79,9 +78,10 @@ from lancepart.write.plan import check_schema, conform, group_rows, partition_va
 from lancepart.write.publish import TableChange, TableWrite, already_published, publish_changes
 from lancepart.write.reserve import remove_table_dir, reserve_partitions
 from lancepart.write.tables import _ident, check_fields, commit_exactly
+from lancepart.write.upgrade import append_fragments
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 log = logging.getLogger("lancepart.write")
 _ADDR = "_rowaddr"
@@ -208,7 +208,7 @@ def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Tab
 WriteRows = Callable[[Evaluation, ManifestSnapshot], tuple[list[TableWrite], int]]
 
 
-def apply_change(ns: PartitionedNamespace, evaluate: Callable[[ManifestSnapshot], Evaluation],
+def apply_change(ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Evaluation],
                  candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None = None,
                  max_retries: int = 20, max_rows_per_file: int = 1_048_576, write: WriteRows | None = None,
                  fixed_writes: bool = False, started: float | None = None, phases: dict[str, Any] | None = None
@@ -478,7 +478,7 @@ class MergePlan:
         return Evaluation(cands, deletions, rows, details, matched=self.keys.select(self.on).filter(pa.array(matched)))
 
 
-def merge(ns: PartitionedNamespace, data: Any, on: Sequence[str], when_matched: str = "update",
+def merge(ns: NamespaceHandle, data: Any, on: Sequence[str], when_matched: str = "update",
           when_not_matched: str = "insert", *, batch_id: str | None = None, max_retries: int = 20,
           max_rows_per_file: int = 1_048_576) -> CommitResult:
     """Upsert ``data`` by the key columns ``on`` in one publish: a published row whose key is in
@@ -539,7 +539,7 @@ def check_inside(rows: pa.Table, where: str) -> None:
                                      f"replaces; nothing was published")
 
 
-def replace_where(ns: PartitionedNamespace, data: Any, where: str, *, batch_id: str | None = None,
+def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str | None = None,
                   max_retries: int = 20, max_rows_per_file: int = 1_048_576, written: list[TableWrite] | None = None,
                   started: float | None = None, phases: dict[str, Any] | None = None, **options: Any
                   ) -> CommitResult:

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
@@ -50,8 +50,15 @@ from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.reserve import remove_table_dir
 from lancepart.write.tables import commit_table
 
-if TYPE_CHECKING:
-    from lancepart.write.create import NewTables
+
+class NewRows(Protocol):
+    """The ``__manifest`` rows of the tables an operation created with their data
+    (:class:`lancepart.write.create.NewTables`)."""
+
+    def rows(self, snap: ManifestSnapshot, by_oid: dict[str, TableChange]) -> tuple[pa.Table | None, int]:
+        """``(rows to add, tables added)`` under ``snap``; may adopt a partition another writer
+        published first (``by_oid`` updated) and raise ManifestConflict to rebase."""
+        ...
 
 log = logging.getLogger("lancepart.write")
 
@@ -151,7 +158,7 @@ def publish_changes(
     properties: Mapping[str, str] | None = None,
     properties_of: Callable[[Sequence[Made]], Mapping[str, str]] | None = None,
     batch_id: str | None = None,
-    new_tables: NewTables | None = None,
+    new_tables: NewRows | None = None,
     index_on_write: bool = False,
     unpublishable: str = "raise",
     run: Runner | None = None,
@@ -349,7 +356,7 @@ def publish(
     max_retries: int = 20,
     started: float | None = None,
     extra_retries: int = 0,
-    new_tables: NewTables | None = None,
+    new_tables: NewRows | None = None,
     index_on_write: bool = True,
 ) -> CommitResult:
     """Publish a write (append or overwrite): every touched table committed, then one

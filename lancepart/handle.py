@@ -1,0 +1,50 @@
+"""What the operations below the public object need of a namespace: its ``__manifest``, the
+snapshot it reads, the schema and partition specs of that snapshot, and a way to move to the
+latest one. :class:`lancepart.namespace.PartitionedNamespace` is the implementation; the
+modules under it (write, maintenance, index, read) name this protocol instead, so that
+nothing under the public object depends on it.
+
+>>> # def delete(ns: NamespaceHandle, filter: str) -> CommitResult: ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lancepart.manifest import Manifest, ManifestSnapshot
+    from lancepart.results import PartitionInfo
+    from lancepart.spec import PartitionSpec
+
+
+class NamespaceHandle(Protocol):
+    """An open partitioned namespace as the operations see it (a snapshot of ``__manifest``)."""
+
+    root: str
+    storage_options: Mapping[str, str] | None
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    @property
+    def manifest_version(self) -> int: ...
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    @property
+    def specs(self) -> dict[int, PartitionSpec]: ...
+
+    @property
+    def current_spec(self) -> PartitionSpec: ...
+
+    def snapshot(self) -> ManifestSnapshot: ...
+
+    def refresh(self) -> NamespaceHandle: ...
+
+    def partitions(self, filter: str | None = None) -> list[PartitionInfo]: ...
+
+    def _partition_infos(self, tables: pa.Table) -> list[PartitionInfo]: ...

@@ -1,0 +1,250 @@
+"""Bringing partition tables up to the namespace schema (docs/schema-evolution.md): a table
+written before a schema change is evolved with Lance schema evolution on top of its published
+version and published through the one publish path (:func:`lancepart.write.publish.publish_changes`);
+rows a writer appends to such a table are converted first (:func:`append_fragments`).
+
+The schema change itself, and how an old table's columns are read, is
+:mod:`lancepart.schema_evolution`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+
+from lancepart.errors import CommitConflictError, SchemaChangedError
+from lancepart.manifest import LanceCommitConflictError, Manifest, backoff
+from lancepart.schema_evolution import (
+    MAX_FIELD_ID_KEY,
+    SCHEMA_KEY,
+    TABLE_FIELD_IDS_KEY,
+    is_current,
+    rows_as,
+    table_field_ids,
+    table_schema,
+)
+from lancepart.spec import field_id_of, schema_from_json
+
+log = logging.getLogger("lancepart.schema")
+
+
+def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa.Table, schema: pa.Schema, *,
+                     published: int | None = None, max_rows_per_file: int = 1_048_576,
+                     max_attempts: int = 5) -> list[Any]:
+    """Rows of namespace schema ``schema`` written as fragments (not committed) into the existing
+    partition table ``object_id``: the one way every writer (a write, a merge, replace-where,
+    Spark tasks, the rows of a partition another writer created first) appends to a table.
+
+    The fragments are written against the table version they will be committed on: ``published``
+    (its ``read_version`` as the caller's snapshot has it), or the latest version when the caller
+    does not know it (Spark tasks). A table in an older form of the namespace schema is brought up
+    to date first (:func:`upgrade_table`, published at once), and when the namespace schema changed
+    after the caller read it, the rows are converted to the newer one (:func:`rows_as`: every
+    change keeps rows of an older form convertible). A concurrent schema change that lands between
+    is met again on the next attempt; after ``max_attempts``, a :class:`SchemaChangedError`
+    (retryable: nothing was committed).
+
+    >>> # append_fragments(manifest, oid, "3f9a0c1e_v1$...$dataset", rows, ns.schema, published=4)
+    """
+    from lancepart.manifest import join_uri
+
+    so = dict(manifest.storage_options) if manifest.storage_options else None
+    uri = join_uri(manifest.root, location)
+    last: BaseException | None = None
+    for attempt in range(max_attempts):
+        ds = lance.dataset(uri, version=published, storage_options=so)
+        md: Mapping[str, str] = {}
+        if TABLE_FIELD_IDS_KEY not in (ds.schema.metadata or {}):
+            md = manifest.dataset().metadata
+        target = schema
+        if not is_current(ds.schema, md, schema):
+            _, target, version = upgrade_table(manifest, object_id, location)
+            ds = lance.dataset(uri, version=version, storage_options=so)
+        out = rows if target.equals(schema, check_metadata=True) else rows_as(rows, schema, target)
+        try:
+            return lance.fragment.write_fragments(out, ds, max_rows_per_file=max_rows_per_file, storage_options=so)
+        except (OSError, ValueError) as e:
+            if not _schema_refused(e):
+                raise
+            last = e  # the table's schema moved under us (an upgrade published meanwhile): look again
+            published = None
+            backoff(attempt, 0.01, 0.5)
+    raise SchemaChangedError(f"partition table {location}: its schema kept changing while rows were written into "
+                              f"it ({max_attempts} attempts; last: {last}); nothing was committed: run it again")
+
+
+def _schema_refused(e: BaseException) -> bool:
+    """Whether Lance refused rows because their schema is not the table's."""
+    text = str(e)
+    return "different schema" in text or "schema mismatch" in text.lower()
+
+
+def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, namespace_md: Mapping[str, str],
+                         schema: pa.Schema) -> int | None:
+    """The table at ``uri`` brought to ``schema`` on top of version ``published`` (versions
+    beyond it are nobody's published work: restored past first); the version made, or None
+    when a concurrent commit got in the way (go round again)."""
+    from lancepart.manifest import is_commit_conflict
+    from lancepart.write.tables import rows_held
+
+    held = rows_held(lance.dataset(uri, version=published, storage_options=so))
+    try:
+        latest = lance.dataset(uri, storage_options=so)
+        if latest.version != published:  # versions nobody published: start again from the published one
+            lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
+                                      storage_options=so)
+        version = _evolve_table(uri, so, namespace_md, schema)
+    except (LanceCommitConflictError, OSError) as e:
+        if isinstance(e, OSError) and not is_commit_conflict(e):
+            raise
+        return None
+    if rows_held(lance.dataset(uri, version=version, storage_options=so)) != held:
+        return None  # a concurrent commit's fragments or deletions got in: redo from the published version
+    return version
+
+
+def _publish_upgrades(manifest: Manifest, made: Mapping[str, tuple[int, int]], schema_json: str, *,
+                      max_retries: int) -> set[str]:
+    """ONE ``__manifest`` commit moving each table of ``made`` (object_id -> (published version
+    it was upgraded from, version made)) whose ``read_version`` is still the one it was upgraded
+    from, while the schema is still ``schema_json``; the object ids it moved."""
+    from lancepart.write.publish import LeaveOut, TableChange, publish_changes
+
+    def change(oid: str, upgraded_from: int, version: int) -> TableChange:
+        def commit(published: int | None, location: str) -> int:
+            if published != upgraded_from:  # a write published meanwhile: its own upgrade redoes it
+                raise LeaveOut(f"read_version moved from {upgraded_from} to {published}")
+            return version
+
+        return TableChange(oid, commit=commit)
+
+    changes = [change(oid, pub, v) for oid, (pub, v) in made.items()]
+    published = publish_changes(manifest, lambda s: changes if s.metadata.get(SCHEMA_KEY) == schema_json else [],
+                                what="upgrade table schema", unpublishable="leave_out", max_retries=max_retries)
+    return set(published.made)
+
+
+def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max_retries: int = 20
+                   ) -> dict[str, int]:
+    """Bring every table of ``tables`` (object_id, location) that is in an older form of the
+    namespace schema up to date, each on its published version, and publish them all in ONE
+    ``__manifest`` commit (a write calls it for the tables it is about to append to, so that
+    they are not upgraded one commit each). A table another commit got in the way of is left
+    as it is: :func:`append_fragments` upgrades it alone. Returns ``{object_id: version
+    published}`` of the tables upgraded. Nothing is opened when the schema never changed."""
+    from lancepart.manifest import join_uri
+    from lancepart.parallel import map_threads
+
+    if not tables:
+        return {}
+    snap = manifest.snapshot()
+    md = snap.metadata
+    if MAX_FIELD_ID_KEY not in md:
+        return {}
+    schema = schema_from_json(md[SCHEMA_KEY])
+    rows = {r["object_id"]: r for r in snap.lookup([o for o, _ in tables]).to_pylist()}
+    so = dict(manifest.storage_options) if manifest.storage_options else None
+
+    def prepare(item: tuple[str, str]) -> tuple[str, int, int] | None:
+        oid, location = item
+        row = rows.get(oid)
+        if row is None or row["read_version"] is None or row["read_branch"] is not None or row["read_tag"] is not None:
+            return None
+        uri = join_uri(manifest.root, location)
+        published = row["read_version"]
+        try:
+            if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
+                return None
+        except (OSError, ValueError):  # a table that cannot be opened: left out, its own upgrade names it
+            return None
+        version = _evolve_on_published(uri, so, published, md, schema)
+        return None if version is None else (oid, published, version)
+
+    made = {oid: (pub, v) for oid, pub, v in filter(None, map_threads(prepare, list(tables)))}
+    if not made:
+        return {}
+    moved = _publish_upgrades(manifest, made, md[SCHEMA_KEY], max_retries=max_retries)
+    log.info("%d partition tables brought up to the namespace schema in one commit", len(moved))
+    return {oid: made[oid][1] for oid in moved}
+
+
+def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
+                  max_retries: int = 20) -> tuple[int | None, pa.Schema, int | None]:
+    """Bring the partition table ``object_id`` up to the newest namespace schema with Lance
+    schema evolution (``drop_columns``, ``alter_columns`` for renames and casts, ``add_columns``
+    all NULL, then the field-id record), on top of its *published* version, and publish the
+    version made in one ``__manifest`` commit (same rows, new schema). Returns that version (None
+    when the table was current already), the schema, and the published version of the table in
+    that schema. A table whose ``read_version`` moved
+    meanwhile (a concurrent write published) is redone on the new published version; a schema
+    change meanwhile makes it bring the table to that one."""
+    from lancepart.manifest import join_uri
+
+    so = dict(manifest.storage_options) if manifest.storage_options else None
+    uri = join_uri(manifest.root, location)
+    for attempt in range(max_retries + 1):
+        snap = manifest.snapshot()
+        row = snap.row(object_id)
+        if row is None:
+            raise CommitConflictError(f"partition table {object_id} was removed from __manifest while its schema "
+                                      f"was being brought up to date")
+        published = row["read_version"]
+        md = snap.metadata
+        schema = schema_from_json(md[SCHEMA_KEY])
+        if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
+            return None, schema, published
+        version = _evolve_on_published(uri, so, published, md, schema)
+        if version is not None and _publish_upgrades(manifest, {object_id: (published, version)}, md[SCHEMA_KEY],
+                                                     max_retries=max_retries):
+            log.info("partition table %s brought up to the namespace schema (version %d)", object_id, version)
+            return version, schema, version
+        backoff(attempt, 0.01, 1.0)
+    raise CommitConflictError(f"bringing partition table {object_id} up to the namespace schema: {max_retries + 1} "
+                              f"attempts conflicted with concurrent commits")
+
+
+def _evolve_table(uri: str, so: dict[str, str] | None, namespace_md: Mapping[str, str], schema: pa.Schema) -> int:
+    """The Lance schema evolution commits that make the latest version of the table at ``uri``
+    match ``schema``; the version made."""
+    ds = lance.dataset(uri, storage_options=so)
+    ids = table_field_ids(ds.schema, namespace_md, schema)
+    by_id = {fid: n for n, fid in ids.items()}
+    wanted = {field_id_of(f): f for f in schema}
+    gone = [n for n in ds.schema.names if ids.get(n) not in wanted]
+    if gone:
+        ds.drop_columns(gone)
+        ds = lance.dataset(uri, storage_options=so)
+    alters = []
+    for fid, f in wanted.items():
+        name = by_id.get(fid)
+        if name is None:
+            continue
+        alt: dict[str, Any] = {"path": name}
+        if name != f.name:
+            alt["name"] = f.name
+        if ds.schema.field(name).type != f.type:
+            alt["data_type"] = f.type
+        if len(alt) > 1:
+            alters.append(alt)
+    if alters:
+        # a rename to a name a dropped column had is fine: drops went first
+        ds.alter_columns(*alters)
+        ds = lance.dataset(uri, storage_options=so)
+    missing = [f.with_metadata(None) for fid, f in wanted.items() if fid not in by_id]
+    if missing:
+        ds.add_columns(missing)
+        ds = lance.dataset(uri, storage_options=so)
+    md = dict(ds.schema.metadata or {})
+    md[TABLE_FIELD_IDS_KEY] = table_schema(schema).metadata[TABLE_FIELD_IDS_KEY]
+    ds.update_schema_metadata({k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+                               for k, v in md.items()}, replace=True)
+    ds = lance.dataset(uri, storage_options=so)
+    if ds.schema.names != schema.names:  # column order: Lance appends added columns
+        log.debug("table %s column order %s differs from the namespace schema's %s", uri, ds.schema.names,
+                  schema.names)
+    return ds.version
