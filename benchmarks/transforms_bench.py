@@ -12,7 +12,7 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 
-from lancepart import datafusion as ldf
+from lancepart import datafusion_udfs as ldf
 from lancepart import transforms
 from lancepart.spec import PartitionField
 

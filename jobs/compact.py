@@ -19,7 +19,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     from lancepart.config import JobConfig
-    from lancepart.jobs import job_main, run_compact
+    from lancepart.job_runner import job_main, run_compact
 
     parser = argparse.ArgumentParser(prog="jobs/compact.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="job config YAML (see configs/compact-demo.yaml)")

@@ -422,8 +422,8 @@ def _cmd_alter(args: argparse.Namespace) -> Any:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> Any:
-    from lancepart.compat import migrate
     from lancepart.manifest import normalize_root
+    from lancepart.v1_tables import migrate
 
     root, so = _target(args)
     root = normalize_root(root)

@@ -335,7 +335,7 @@ class PartitionedNamespace:
         >>> #             "result_type": {"type": "utf8"}}]).spec.id
         """
         self._writable("evolve")
-        from lancepart.evolution import evolve
+        from lancepart.spec_evolution import evolve
 
         result = evolve(self._manifest, self._schema, fields, max_retries=max_retries)
         self.refresh()
@@ -732,12 +732,12 @@ class PartitionedNamespace:
         """Declare a Lance index (vector: IVF_PQ, IVF_HNSW_SQ, ...; INVERTED; BTREE, BITMAP,
         LABEL_LIST) on ``column`` and build it on every published partition table of at least
         ``min_rows`` rows (default 10000), published in one ``__manifest`` commit; writes and
-        compactions keep it up to date from then on (:mod:`lancepart.index.ops`, docs/indexes.md).
+        compactions keep it up to date from then on (:mod:`lancepart.maintenance.indexes`, docs/indexes.md).
 
         >>> # ns.create_index("embedding", "IVF_PQ", num_partitions=16, num_sub_vectors=8)
         """
         self._writable("create_index")
-        from lancepart.index.ops import create_index
+        from lancepart.maintenance.indexes import create_index
 
         result = create_index(self, column, index_type, name=name, replace=replace, min_rows=min_rows,
                               max_retries=max_retries, **params)
@@ -749,7 +749,7 @@ class PartitionedNamespace:
         """Remove the declared index ``name`` and drop it from every published partition table
         in one publish."""
         self._writable("drop_index")
-        from lancepart.index.ops import drop_index
+        from lancepart.maintenance.indexes import drop_index
 
         result = drop_index(self, name, max_retries=max_retries)
         self.refresh()
@@ -759,7 +759,7 @@ class PartitionedNamespace:
     def list_indexes(self) -> list[dict[str, Any]]:
         """The declared indexes with their coverage: ``tables``, ``above_min_rows``, ``indexed``,
         ``missing`` (object ids above the threshold without the index)."""
-        from lancepart.index.ops import list_indexes
+        from lancepart.maintenance.indexes import list_indexes
 
         return list_indexes(self)
 

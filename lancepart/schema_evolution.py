@@ -36,6 +36,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 
+from lancepart import faults
 from lancepart.errors import (
     InvalidArgumentError,
     SchemaMismatchError,
@@ -50,7 +51,6 @@ from lancepart.spec import (
     schema_from_json,
     schema_to_json,
 )
-from lancepart.write import faults
 
 log = logging.getLogger("lancepart.schema")
 

@@ -3,7 +3,7 @@
 Each class knows its result type, which source types it accepts and how to apply itself to Arrow
 arrays (vectorised; no per-row Python). The rule every class follows (docs/design.md §3): its value
 equals DataFusion's evaluation of the field's derived expression
-(:func:`lancepart.datafusion.derived_expression`) on the same input, which
+(:func:`lancepart.datafusion_udfs.derived_expression`) on the same input, which
 tests/test_datafusion_equivalence.py checks on random inputs.
 
 Where DataFusion's behaviour decided the implementation:
@@ -25,7 +25,7 @@ Where DataFusion's behaviour decided the implementation:
 
 Each class also owns its projections of predicates, inclusive (partition pruning) and strict
 (which partitions match entirely), by inheriting the matching class of
-:mod:`lancepart.read.projection` (``IdentityProjection``, ``YearProjection``, ...).
+:mod:`lancepart.projection` (``IdentityProjection``, ``YearProjection``, ...).
 
 >>> from lancepart.spec import PartitionField
 >>> f = PartitionField("n", [0], {"type": "truncate", "width": 10}, result_type={"type": "int64"})
@@ -47,10 +47,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart import datafusion as _ldf
+from lancepart import datafusion_udfs as _ldf
 from lancepart import murmur3 as _murmur3
+from lancepart import projection as _projection
 from lancepart.errors import ExpressionEvaluationError, InvalidSpecError, SchemaMismatchError
-from lancepart.read import projection as _projection
 from lancepart.spec import PartitionField, PartitionSpec, check_field_id_reuse, field_id_of
 
 __all__ = [
@@ -126,7 +126,7 @@ def _where(field_id: str | None) -> str:
 class BaseTransform(_projection.Projection, ABC):
     """A partition transform: ``result_type``, ``check_source_types`` and vectorised ``apply``;
     its inclusive and strict projections of predicates come from the projection class it inherits
-    (:mod:`lancepart.read.projection`)."""
+    (:mod:`lancepart.projection`)."""
 
     name: ClassVar[str]
 

@@ -1,5 +1,5 @@
 """A compaction process for the compaction tests: compacts ROOT (optionally ``--filter``) and
-prints the CommitResult as JSON. Faults come from LANCEPART_FAULT (lancepart.write.faults)."""
+prints the CommitResult as JSON. Faults come from LANCEPART_FAULT (lancepart.faults)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Spec: spec/partitioning.md "Transaction / Read Behavior" (a partition table is r
 spec/storage-layout.md (``data/``, ``_versions/``, ``_transactions/`` of a table);
 docs/design.md §8 (what a dead job leaves: fragments never committed, versions beyond
 ``read_version``). Real Lance tables on disk, real writer processes killed at protocol steps
-(lancepart/write/faults.py), and an S3-compatible store for the object-store path.
+(lancepart/faults.py), and an S3-compatible store for the object-store path.
 """
 
 from __future__ import annotations

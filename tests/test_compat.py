@@ -17,7 +17,9 @@ import pyarrow as pa
 import pytest
 
 from lancepart import PartitionedNamespace
-from lancepart.compat import (
+from lancepart.errors import ConfigError
+from lancepart.manifest import join_uri
+from lancepart.v1_tables import (
     CompatConfig,
     list_root_tables,
     list_v1_tables,
@@ -25,8 +27,6 @@ from lancepart.compat import (
     open_namespace,
     v1_tables,
 )
-from lancepart.errors import ConfigError
-from lancepart.manifest import join_uri
 from tests.crash_proc import Batch
 
 V1_DATA = pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"]})

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import lance
 import pytest
 
-from lancepart.write.faults import STEPS
+from lancepart.faults import STEPS
 from tests.conftest import EVENTS_SPEC
 from tests.crash_proc import BLOCK, Batch, check_history, data_files_on_disk, finish, kill_after_ready, launch
 

@@ -4,7 +4,7 @@ expression (spec/partitioning.md "Supported Transforms") on the same input.
 
 The reference is a plain DataFusion ``SessionContext`` running the derived SQL, with only the
 public ``register_udfs`` added for the spec's murmur3 extensions; it does not go through
-``lancepart.datafusion.evaluate``. Inputs: 10^4 seeded random rows per (transform, type) with
+``lancepart.datafusion_udfs.evaluate``. Inputs: 10^4 seeded random rows per (transform, type) with
 NULLs, negatives, type limits, timestamps far before 1970 and at the limits of every unit,
 dates ±10^5 days and beyond DataFusion's range, non-ASCII strings (emoji, CJK, combining marks),
 empty strings and non-UTF-8 bytes. Expression fields are checked against independent
@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pytest
 
 from lancepart import transforms
-from lancepart.datafusion import derived_expression, register_udfs
+from lancepart.datafusion_udfs import derived_expression, register_udfs
 from lancepart.spec import PartitionField
 
 N = 10_000

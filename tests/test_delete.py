@@ -224,7 +224,7 @@ def test_address_predicate_selects_exactly_those_rows(tmp_path):
     Lance fragment deletes exactly the chosen rows."""
     import numpy as np
 
-    from lancepart.maintenance.delete import address_predicate
+    from lancepart.write.deletions import address_predicate
 
     uri = str(tmp_path / "t")
     ds = lance.write_dataset(pa.table({"x": np.arange(1000)}), uri)

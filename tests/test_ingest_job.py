@@ -16,7 +16,7 @@ import yaml
 
 from lancepart import PartitionedNamespace
 from lancepart.config import JobConfig
-from lancepart.jobs import run_ingest
+from lancepart.job_runner import run_ingest
 from lancepart.sample import demo_events
 
 pytestmark = pytest.mark.spark

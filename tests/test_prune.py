@@ -353,10 +353,10 @@ def test_null_semantics():
 
 
 def test_each_transform_owns_its_projections():
-    """The projector asks a field's transform how to project (lancepart/read/projection.py), never
+    """The projector asks a field's transform how to project (lancepart/projection.py), never
     its name: only truncate and year bound a range on their own, only identity has a strict
     projection, and a transform without a projection of its own keeps every partition."""
-    from lancepart.read.projection import Projection
+    from lancepart.projection import Projection
     from lancepart.spec import PartitionField
     from lancepart.transforms import transform_for
 

@@ -174,3 +174,17 @@ def test_every_public_error_and_result_type_is_exported():
         assert name in lancepart.__all__, name
         assert getattr(lancepart, name) is (getattr(errors, name, None) or getattr(results, name))
     assert lancepart.RepairReport is RepairReport and "RepairReport" in lancepart.__all__
+
+
+@pytest.mark.parametrize("old,new,name", [("lancepart.datafusion", "lancepart.datafusion_udfs", "derived_expression"),
+                                          ("lancepart.compat", "lancepart.v1_tables", "list_v1_tables")])
+def test_renamed_modules_keep_their_old_name_for_one_release(old, new, name):
+    """Modules renamed so that their names say what they hold: the old import still works, with a
+    DeprecationWarning naming the new module."""
+    import importlib
+    import sys
+
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=new):
+        mod = importlib.import_module(old)
+    assert getattr(mod, name) is getattr(importlib.import_module(new), name)

@@ -338,8 +338,8 @@ def test_verify_reports_rows_a_foreign_writer_appended_beyond_read_version(root)
     partition leaves the foreign rows out."""
     import os
 
+    from lancepart import faults
     from lancepart.errors import LancepartError
-    from lancepart.write import faults
 
     ns = create_events_ns(root)
     ns.write(demo_events(100, seed=1, days=1))

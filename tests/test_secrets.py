@@ -161,7 +161,7 @@ def test_typed_errors_never_hold_a_secret(s3):
 def test_job_main_redacts_what_it_prints(capfd):
     """The jobs' entry point: a failure that is not a lancepart error is printed (traceback),
     redacted, with exit code 1."""
-    from lancepart.jobs import job_main
+    from lancepart.job_runner import job_main
 
     def boom() -> dict:
         raise RuntimeError("cannot reach s3://AKIAJOB:job-secret-123@bucket/ns")

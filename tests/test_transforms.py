@@ -12,7 +12,7 @@ import mmh3
 import pyarrow as pa
 import pytest
 
-from lancepart import datafusion as ldf
+from lancepart import datafusion_udfs as ldf
 from lancepart import transforms
 from lancepart.errors import ExpressionEvaluationError, InvalidSpecError, SchemaMismatchError
 from lancepart.spec import PartitionField, PartitionSpec

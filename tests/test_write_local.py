@@ -19,8 +19,8 @@ import pytest
 
 from lancepart import CommitConflictError, PartitionedNamespace, SchemaMismatchError
 from lancepart.errors import InvalidArgumentError
+from lancepart.faults import InjectedFault
 from lancepart.sample import demo_events
-from lancepart.write.faults import InjectedFault
 from tests.conftest import assert_read_versions_only_increase, expected_keys
 
 HERE = Path(__file__).resolve().parent

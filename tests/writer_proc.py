@@ -1,6 +1,6 @@
 """A writer process for the concurrency and crash tests: writes demo rows with ids
 [start, start+rows) into ROOT and prints the CommitResult as JSON. Faults come from
-LANCEPART_FAULT (lancepart.write.faults)."""
+LANCEPART_FAULT (lancepart.faults)."""
 
 from __future__ import annotations
 

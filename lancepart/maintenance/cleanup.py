@@ -27,7 +27,7 @@ What goes, for a retention ``older_than`` (cut-off ``now - older_than``):
   file in them is older than the cut-off and no retained snapshot references them.
   ``__manifest``, V1 ``<name>.lance`` tables and anything else are never touched. Root-level
   tables registered in ``__manifest`` (for example migrated V1 tables,
-  :mod:`lancepart.compat`) belong to whoever writes them: their versions are not cleaned.
+  :mod:`lancepart.v1_tables`) belong to whoever writes them: their versions are not cleaned.
 
 "Superseded before the cut-off" rather than "created before the cut-off" (the rule of
 Delta's VACUUM rather than of Lance's cleanup): a version a job opened as *latest* or a

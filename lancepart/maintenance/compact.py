@@ -13,7 +13,7 @@ Three phases, engine-agnostic (Spark runs the middle one on executors, :mod:`lan
    ``read_version`` and write new fragments (deleted rows materialised). Nothing is committed,
    so a rewrite that dies leaves only unreferenced files;
 3. **commit + publish** (driver): each table gets one new version whose fragments are exactly
-   ``(published − rewritten) ∪ new`` (:func:`lancepart.write.tables.commit_table`), and one
+   ``(published − rewritten) ∪ new`` (:func:`lancepart.table_commit.commit_table`), and one
    ``__manifest`` commit moves all their ``read_version``. Versions beyond ``read_version``
    (fragments of a live or dead writer) are never published by a compaction.
 
@@ -42,6 +42,7 @@ import lance
 from lance.fragment import FragmentMetadata
 from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
+from lancepart import faults
 from lancepart.error_mapping import typed_error
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
@@ -50,9 +51,8 @@ from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
 from lancepart.results import CommitResult, PartitionInfo
-from lancepart.write import faults
+from lancepart.table_commit import commit_table
 from lancepart.write.publish import LeaveOut, Made, TableChange, publish_changes
-from lancepart.write.tables import commit_table
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle
@@ -449,7 +449,7 @@ def finish_compaction(
     }
     version = pub.snapshot.version
     if declarations(pub.snapshot.metadata):
-        from lancepart.index.ops import maintain_all
+        from lancepart.maintenance.indexes import maintain_all
 
         t = time.monotonic()
         indexed = maintain_all(manifest, max_retries=max_retries)

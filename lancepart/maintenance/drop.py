@@ -2,7 +2,7 @@
 
 Which partitions a filter selects *entirely* is a strict question: a partition may be dropped
 only when every row it holds matches. lancepart answers it exactly, and only where the answer
-is certain, by the strict projection of :func:`lancepart.read.projection.matching_tables`: every
+is certain, by the strict projection of :func:`lancepart.projection.matching_tables`: every
 column the filter names must be the source of an **identity** partition field of the spec
 version. Then each row of a partition carries the partition's value in that column
 (NULL-aware), so evaluating the filter, with DataFusion, on the partition values alone gives the
@@ -39,7 +39,7 @@ from lancepart.results import CommitResult
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle
 
-# matching_tables (the strict projection) lives in lancepart.read.projection; importable from here too
+# matching_tables (the strict projection) lives in lancepart.projection; importable from here too
 __all__ = ["drop_partitions", "matching_tables"]
 
 log = logging.getLogger("lancepart.maintenance")

@@ -259,8 +259,8 @@ def check_unpublished(root: str, info: PartitionInfo, so: Mapping[str, str] | No
     commit on the table leaves them out, and cleanup deletes their files (docs/foreign-writers.md).
     lancepart's own unpublished versions (a job that died, one still running) are not reported:
     its commits to an existing table are updates, never appends
-    (:func:`~lancepart.write.tables.foreign_versions`)."""
-    from lancepart.write.tables import foreign_versions
+    (:func:`~lancepart.table_commit.foreign_versions`)."""
+    from lancepart.table_commit import foreign_versions
 
     latest = lance.dataset(join_uri(root, info.location), storage_options=dict(so) if so else None)
     if latest.version <= (info.read_version or 0):

@@ -1,7 +1,7 @@
 """The ``__manifest`` query of partition pruning, and what :func:`prune` returns.
 
-:func:`prune` binds the filter (:mod:`lancepart.read.predicates`), projects it onto the
-``partition_field_*`` columns of every spec version (:mod:`lancepart.read.projection`) and runs
+:func:`prune` binds the filter (:mod:`lancepart.predicates`), projects it onto the
+``partition_field_*`` columns of every spec version (:mod:`lancepart.projection`) and runs
 the projected predicates as one DataFusion query over ``__manifest`` in the form of the spec's
 Appendix D (:attr:`PruneResult.manifest_sql`)::
 
@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import InvalidArgumentError, InvalidFilterError
-from lancepart.read.predicates import (
+from lancepart.predicates import (
     _P,
     _PFALSE,
     _PTRUE,
@@ -67,11 +67,11 @@ from lancepart.read.predicates import (
     _sql_string,
     filter_columns,
 )
-from lancepart.read.projection import _ROW
+from lancepart.projection import _ROW
 from lancepart.read.visitors import _spec_rows, _SpecProjector, _strict_sources
 from lancepart.spec import PartitionSpec
 
-__all__ = ["PruneResult", "filter_columns", "matching_tables", "prune"]
+__all__ = ["PruneResult", "entire_tables", "filter_columns", "matching_tables", "prune"]
 
 _MANIFEST = "__manifest"
 _SELECT_COLUMNS = ("object_id", "location", "read_version", "read_branch", "read_tag")
@@ -355,3 +355,15 @@ def matching_tables(filter: str, schema: pa.Schema, specs: dict[int, PartitionSp
         except InvalidArgumentError as e:
             raise InvalidFilterError(str(e)) from None
     return sorted(out)
+
+
+def entire_tables(filter: str, schema: pa.Schema, specs: Mapping[int, PartitionSpec], pins: pa.Table) -> set[str]:
+    """The partition tables whose every row matches ``filter``, by the strict projection
+    drop_partitions uses (:func:`matching_tables`: the filter names only
+    identity-partitioned columns and is TRUE on the partition values); empty where that cannot be
+    decided (those tables are read)."""
+    try:
+        picked = matching_tables(filter, schema, dict(specs), pins)
+    except InvalidFilterError:  # a column that is not identity-partitioned: decided row by row instead
+        return set()
+    return set(pins.column("object_id").take(pa.array(picked, pa.int64())).to_pylist()) if picked else set()

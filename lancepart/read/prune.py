@@ -11,10 +11,10 @@ row of it can match, so the original filter is still applied inside each partiti
 
 The work is done in three modules, each usable on its own:
 
-* :mod:`lancepart.read.predicates`: the predicate model over source columns, the binder from
+* :mod:`lancepart.predicates`: the predicate model over source columns, the binder from
   DataFusion's plan to it (literal coercion included), and the predicate model over
   ``partition_field_*`` columns with its SQL rendering;
-* :mod:`lancepart.read.projection`: inclusive and strict projection, side by side; each
+* :mod:`lancepart.projection`: inclusive and strict projection, side by side; each
   transform of :mod:`lancepart.transforms` owns both (a table there lists what each projects);
 * :mod:`lancepart.read.manifest_query`: the ``__manifest`` query, the scan pushdown,
   :func:`prune` and :class:`PruneResult`.
@@ -32,8 +32,8 @@ The work is done in three modules, each usable on its own:
 
 from __future__ import annotations
 
+from lancepart.predicates import _sql_literal  # noqa: F401  (importable from here, as before)
+from lancepart.projection import MAX_POINTS
 from lancepart.read.manifest_query import PruneResult, filter_columns, prune
-from lancepart.read.predicates import _sql_literal  # noqa: F401  (importable from here, as before)
-from lancepart.read.projection import MAX_POINTS
 
 __all__ = ["MAX_POINTS", "PruneResult", "filter_columns", "prune"]

@@ -111,7 +111,7 @@ def vector_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def _read_schema(schema: pa.Schema, columns: Sequence[str] | None, filter: str | None,
                  extra: Sequence[str] = ()) -> tuple[list[str], pa.Schema]:
-    from lancepart.read.predicates import filter_columns
+    from lancepart.predicates import filter_columns
 
     cols = list(columns) if columns is not None else list(schema.names)
     unknown = [c for c in cols if c not in schema.names]
@@ -270,7 +270,7 @@ def search_plan(ns: Any, filter: str | None) -> tuple[list[PartitionInfo], str |
     key = ("entire", filter)
     entire = ns._filter_facts.get(key)
     if entire is None:
-        from lancepart.maintenance.delete import entire_tables
+        from lancepart.read.manifest_query import entire_tables
 
         entire = entire_tables(filter, ns.schema, ns.specs, ns.snapshot().table_pins())
         ns._filter_facts[key] = entire

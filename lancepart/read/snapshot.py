@@ -89,7 +89,7 @@ def apply_filter(table: pa.Table, filter: str) -> pa.Table:
     """The rows of ``table`` for which ``filter`` is TRUE, evaluated by DataFusion (row order kept).
     The filter is parsed as one expression over the table's columns, never spliced into a query:
     text that is not a single expression (``TRUE UNION SELECT ...``, ``a) OR (b``) is refused."""
-    from lancepart.datafusion import register_udfs
+    from lancepart.datafusion_udfs import register_udfs
 
     ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
     register_udfs(ctx)
@@ -112,7 +112,7 @@ def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, f
     (:mod:`lancepart.schema_evolution`; ``namespace_md`` are the root properties): renamed
     columns under their new names, widened ones cast, missing ones NULL, dropped ones left out;
     the filter is not pushed into such a table (its column names may mean other fields)."""
-    from lancepart.read.predicates import filter_columns
+    from lancepart.predicates import filter_columns
     from lancepart.schema_evolution import conform, is_current, source_columns
 
     namespace_md = dict(namespace_md or {})

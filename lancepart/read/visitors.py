@@ -2,7 +2,7 @@
 the *inclusive* one (:class:`_SpecProjector`: which partition values can a row satisfying the
 filter have) and the *strict* one (:func:`_strict_sources`: which partition columns hold a
 source column's value exactly, so that a filter TRUE on the partition values is TRUE on every
-row). Each leaf asks the field's transform (:mod:`lancepart.read.projection`, owned by the
+row). Each leaf asks the field's transform (:mod:`lancepart.projection`, owned by the
 classes of :mod:`lancepart.transforms`). The queries that run them over ``__manifest`` are
 :mod:`lancepart.read.manifest_query`.
 """
@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from lancepart import ids as _ids
 from lancepart.errors import InvalidSpecError
-from lancepart.read.predicates import (
+from lancepart.predicates import (
     _P,
     _PFALSE,
     _PTRUE,
@@ -34,7 +34,7 @@ from lancepart.read.predicates import (
     _Unknown,
     _value_type,
 )
-from lancepart.read.projection import _ROW, MAX_POINTS, _Field, _like_prefix  # noqa: F401
+from lancepart.projection import _ROW, MAX_POINTS, _Field, _like_prefix  # noqa: F401
 from lancepart.spec import PartitionSpec, field_id_of
 
 # =========================================================================== inclusive visitor

@@ -19,7 +19,6 @@ from typing import Any
 
 from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
-from lancepart.maintenance.delete import TableDelete, TableTodo
 from lancepart.maintenance.delete import delete as _delete
 from lancepart.manifest import ManifestConflict
 from lancepart.namespace import PartitionedNamespace
@@ -28,6 +27,7 @@ from lancepart.schema_evolution import with_legacy_ids
 from lancepart.spark.datasource import register
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.spec import schema_to_json
+from lancepart.write.deletions import TableDelete, TableTodo
 
 log = logging.getLogger("lancepart.spark")
 
@@ -38,9 +38,9 @@ def _delete_task(root: str, schema_json: str, filter: str, scan_filter: str | No
     :class:`TableDelete` JSON out (or ``{"conflict": ...}`` when the driver must rebase)."""
 
     def run(item: str) -> str:
-        from lancepart.maintenance.delete import delete_in_table
         from lancepart.manifest import Manifest
         from lancepart.spec import schema_from_json
+        from lancepart.write.deletions import delete_in_table
         from lancepart.write.guard import commit_on_published
 
         oid, location, base, whole = json.loads(item)

@@ -1,7 +1,7 @@
-"""Spark front end of declared indexes (:mod:`lancepart.index.ops`).
+"""Spark front end of declared indexes (:mod:`lancepart.maintenance.indexes`).
 
 The driver declares the index and plans on the published ``__manifest``; each partition table's
-index build (on its published version, :func:`lancepart.index.ops.index_table`) runs in a Spark
+index build (on its published version, :func:`lancepart.maintenance.indexes.index_table`) runs in a Spark
 task, the tables spread over about four tasks per core (one task per group of tables); the
 driver publishes every changed table in ONE ``__manifest`` commit with the same code as
 ``ns.create_index``. On a conflict the tables whose published version moved are indexed again,
@@ -19,9 +19,9 @@ from typing import Any
 
 from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
-from lancepart.index.ops import ApplyTables, TableTodo
-from lancepart.index.ops import create_index as _create_index
-from lancepart.index.ops import drop_index as _drop_index
+from lancepart.maintenance.indexes import ApplyTables, TableTodo
+from lancepart.maintenance.indexes import create_index as _create_index
+from lancepart.maintenance.indexes import drop_index as _drop_index
 from lancepart.manifest import ManifestConflict
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
@@ -35,7 +35,7 @@ def _index_task(root: str, op_json: str, snapshot_version: int, storage_options:
     base, version]`` out (or ``{"conflict": ...}`` when the driver must rebase)."""
 
     def run(item: str) -> str:
-        from lancepart.index.ops import index_table
+        from lancepart.maintenance.indexes import index_table
         from lancepart.manifest import Manifest
         from lancepart.write.guard import commit_on_published
 

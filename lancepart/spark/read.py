@@ -233,7 +233,7 @@ def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: 
     are pushed into the Lance scanner; the filter is then applied exactly, batch by batch."""
     from lancepart.error_mapping import storage_errors
     from lancepart.manifest import join_uri
-    from lancepart.read.predicates import filter_columns
+    from lancepart.predicates import filter_columns
     from lancepart.read.snapshot import apply_filter, open_published
 
     cols = list(columns) if columns is not None else list(schema.names)

@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lancepart import faults
 from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.ids import check_location
@@ -42,7 +43,6 @@ from lancepart.results import CommitResult
 from lancepart.spark.datasource import register
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.spark.workers import check_workers
-from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_tables
 from lancepart.write.local import check_mode

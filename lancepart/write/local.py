@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lancepart import faults
 from lancepart import ids as _ids
 from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError, SchemaChangedError
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.write import faults
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values

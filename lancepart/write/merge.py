@@ -16,7 +16,7 @@ Both are a *change*: evaluated on one ``__manifest`` snapshot, it is
 
 Each touched table then gets ONE Lance version (``LanceOperation.Update`` with the updated
 fragments, the fragments whose every row goes removed, and the new fragments) on top of its
-published version, built by :func:`lancepart.write.tables.commit_exactly` like every table
+published version, built by :func:`lancepart.table_commit.commit_exactly` like every table
 commit, and one ``__manifest`` commit moves every ``read_version`` and adds the new partitions.
 
 Conflicts: the ``__manifest`` commit is optimistic. When it conflicts, the new snapshot is
@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
+from lancepart import faults
 from lancepart import ids as _ids
 from lancepart.errors import (
     AmbiguousMatchError,
@@ -71,13 +72,13 @@ from lancepart.manifest import (
 )
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.write import batches, faults
+from lancepart.table_commit import _ident, check_fields, commit_exactly
+from lancepart.write import batches
 from lancepart.write.create import NewTables, create_table_with
 from lancepart.write.guard import commit_on_published
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
 from lancepart.write.publish import TableChange, TableWrite, already_published, publish_changes
 from lancepart.write.reserve import remove_table_dir, reserve_partitions
-from lancepart.write.tables import _ident, check_fields, commit_exactly
 from lancepart.write.upgrade import append_fragments
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def commit_change(uri: str, base_version: int | None, updated: Sequence[Fragment
     """Commit, on top of ``base_version``, ONE version whose fragments are the base's with
     ``updated`` (same ids, a new deletion file) in their place, without ``removed_ids``, plus
     ``new_fragments``; return it. The loop and its guarantees are
-    :func:`lancepart.write.tables.commit_exactly`'s (foreign fragments removed, the base restored
+    :func:`lancepart.table_commit.commit_exactly`'s (foreign fragments removed, the base restored
     first when an unpublished commit altered it, the version made checked to be exactly that).
 
     >>> # commit_change(uri, 4, [frag_with_deletions], [7], new_frags)   # -> 5
@@ -400,7 +401,7 @@ def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa
     """One partition table's part of a merge on its published version ``base``: the input row
     numbers whose key it holds and, with ``delete``, those rows' deletion files (not committed).
     The same function runs on local threads and in Spark tasks."""
-    from lancepart.maintenance.delete import deletion_files
+    from lancepart.write.deletions import deletion_files
 
     so = dict(storage_options) if storage_options else None
     ds = lance.dataset(join_uri(root, check_location(location, object_id, root)), version=base, storage_options=so)
@@ -552,8 +553,9 @@ def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str |
     >>> # replace_where(ns, day_rows, "event_date = DATE '2025-12-10'").details["rows_deleted"]
     """
     from lancepart.error_mapping import table_errors
-    from lancepart.maintenance.delete import deletion_files, entire_tables, matching_addresses
+    from lancepart.read.manifest_query import entire_tables
     from lancepart.read.prune import prune
+    from lancepart.write.deletions import deletion_files, matching_addresses
 
     if options:
         raise InvalidArgumentError(f"write(mode='overwrite', where=...) does not take {sorted(options)}")

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
+from lancepart import faults
 from lancepart.errors import CommitConflictError, InvalidArgumentError, LancepartError, PartitionPinnedError
 from lancepart.ids import check_location
 from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations
@@ -45,10 +46,10 @@ from lancepart.manifest import (
 )
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.write import batches, faults
+from lancepart.table_commit import commit_table
+from lancepart.write import batches
 from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.reserve import remove_table_dir
-from lancepart.write.tables import commit_table
 
 
 class NewRows(Protocol):

@@ -90,7 +90,7 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
     beyond it are nobody's published work: restored past first); the version made, or None
     when a concurrent commit got in the way (go round again)."""
     from lancepart.manifest import is_commit_conflict
-    from lancepart.write.tables import rows_held
+    from lancepart.table_commit import rows_held
 
     held = rows_held(lance.dataset(uri, version=published, storage_options=so))
     try:

@@ -2,7 +2,7 @@
 side.
 
 **Inclusive** (:class:`_SpecProjector`, what :func:`lancepart.read.prune.prune` keeps): a small
-visitor over the bound filter (:mod:`lancepart.read.predicates`) whose leaves ask each partition
+visitor over the bound filter (:mod:`lancepart.predicates`) whose leaves ask each partition
 field "which partition values can a row satisfying this predicate have?". A partition is dropped
 only when no row of it can match, so the original filter is still applied inside each partition
 scan. **Strict** (:func:`matching_tables`, what drop_partitions, delete's whole-table shortcut and
@@ -54,7 +54,7 @@ filter column has none (a ``year``, ``bucket`` or ``truncate`` field, or no fiel
 :func:`lancepart.read.manifest_query.matching_tables` fail with :class:`InvalidFilterError`
 naming the column, unless the inclusive projection proves that no partition of that version can hold a matching row.
 
->>> from lancepart.read.predicates import _parse
+>>> from lancepart.predicates import _parse
 >>> from lancepart.read.visitors import _SpecProjector
 >>> from lancepart.spec import PartitionSpec
 >>> schema = pa.schema([pa.field("d", pa.date32(), metadata={"lance:field_id": "1"})])
@@ -76,7 +76,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from lancepart.read.predicates import (
+from lancepart.predicates import (
     _P,
     _PER_SECOND,
     _PFALSE,

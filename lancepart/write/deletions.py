@@ -1,0 +1,164 @@
+"""Deleting rows from one partition table on its published version: the rows a filter selects
+(evaluated by DataFusion as reads evaluate it), their Lance deletion files, and the table commit
+holding exactly the published fragments with those deletion files. A delete
+(:mod:`lancepart.maintenance.delete`) and a merge (:mod:`lancepart.write.merge`) both remove
+rows this way; the one publish path publishes the versions made.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata
+
+from lancepart.errors import (
+    InvalidArgumentError,
+    InvalidFilterError,
+    LancepartError,
+)
+from lancepart.ids import check_location
+from lancepart.manifest import (
+    join_uri,
+)
+from lancepart.table_commit import _ident, commit_exactly
+
+log = logging.getLogger("lancepart.maintenance")
+_ADDR = "_rowaddr"
+
+
+@dataclass(frozen=True)
+class TableDelete:
+    """The delete applied to one partition table: on ``base`` (its published version then),
+    ``rows`` rows removed by committing ``version`` (None: no row matched, nothing committed)."""
+
+    object_id: str
+    location: str
+    base: int | None
+    version: int | None
+    rows: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TableDelete:
+        return cls(**json.loads(text))
+
+
+# (object_id, location, published read_version, every row matches) of each table to delete from
+TableTodo = tuple[str, str, int, bool]
+# applies the delete to each table of a snapshot's todo list; the default runs them on local threads
+ApplyTables = Callable[[int, Sequence[TableTodo], str | None], list[TableDelete]]
+
+
+def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, scan_filter: str | None
+                       ) -> np.ndarray:
+    """Row addresses (``_rowaddr``) of the rows of ``ds`` for which ``filter`` is TRUE: the
+    columns it names are read (``scan_filter`` pushed into the scan), then ``filter`` is applied
+    exactly by DataFusion, as :meth:`NamespaceHandle.to_table` applies it."""
+    from lancepart.predicates import filter_columns
+    from lancepart.read.snapshot import apply_filter
+    from lancepart.schema_evolution import read_columns
+
+    cols = filter_columns(filter, schema)
+    # by field id: a table in an older form of the schema names or types a column differently
+    view = read_columns(ds, schema, cols, filter=scan_filter, with_row_address=True)
+    try:
+        matched = apply_filter(view, filter)
+    except InvalidArgumentError as e:
+        raise InvalidFilterError(str(e)) from None
+    return matched.column(_ADDR).to_numpy().astype(np.uint64)
+
+
+def address_predicate(addr: np.ndarray) -> str:
+    """A Lance predicate selecting exactly the sorted row addresses ``addr``: each run of
+    consecutive addresses as one ``BETWEEN`` (a clustered delete stays a short predicate), the
+    runs found with numpy."""
+    breaks = np.flatnonzero(np.diff(addr) != 1) + 1
+    lo = addr[np.concatenate(([0], breaks))]
+    hi = addr[np.concatenate((breaks - 1, [len(addr) - 1]))]
+    single = lo == hi
+    terms = []
+    if single.any():
+        terms.append(f"{_ADDR} IN ({', '.join(lo[single].astype(str).tolist())})")
+    terms.extend(f"({_ADDR} BETWEEN {a} AND {b})" for a, b in zip(lo[~single].tolist(), hi[~single].tolist(),
+                                                                   strict=True))
+    return " OR ".join(terms)
+
+
+def deletion_files(ds: lance.LanceDataset, addr: np.ndarray) -> tuple[list[FragmentMetadata], list[int]]:
+    """Delete the rows at the addresses ``addr`` from the fragments of ``ds`` without committing:
+    ``(fragments with their new deletion file, ids of fragments whose every row goes)``, what
+    :func:`commit_deletions` (or a commit that also appends, :mod:`lancepart.write.merge`) takes."""
+    addr = np.sort(addr)
+    frag_of = (addr >> np.uint64(32)).astype(np.int64)
+    frag_ids, starts, counts = np.unique(frag_of, return_index=True, return_counts=True)
+    updated: list[FragmentMetadata] = []
+    removed: list[int] = []
+    for frag_id, start, count in zip(frag_ids.tolist(), starts.tolist(), counts.tolist(), strict=True):
+        fragment = ds.get_fragment(frag_id)
+        if count == fragment.count_rows():  # every live row matches: the fragment goes, no deletion file
+            removed.append(frag_id)
+            continue
+        md = fragment.delete(address_predicate(addr[start:start + count]))
+        if md is None:
+            removed.append(frag_id)
+        else:
+            updated.append(md)
+    return updated, removed
+
+
+def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMetadata], removed_ids: Sequence[int],
+                     storage_options: Mapping[str, str] | None = None, max_attempts: int = 40) -> int:
+    """Commit, on top of ``base_version``, the version whose fragments are exactly the base's with
+    ``updated`` (same ids, a new deletion file) in place of theirs and without ``removed_ids``
+    (every row deleted); return it. Like :func:`lancepart.table_commit.commit_table`: a base
+    fragment missing or altered in the latest version is restored first, foreign fragments are
+    removed, and the version made is checked to be exactly that."""
+    so = dict(storage_options) if storage_options else None
+    base = {_ident(f.metadata): f.fragment_id for f in lance.dataset(uri, version=base_version,
+                                                                      storage_options=so).get_fragments()}
+    changed = {f.id for f in updated} | set(removed_ids)
+    wanted = {ident for ident, fid in base.items() if fid not in changed} | {_ident(f) for f in updated}
+
+    def update(have: Mapping[Any, int]) -> LanceOperation.Update:
+        remove = [fid for ident, fid in have.items()
+                  if ident not in wanted and (fid in removed_ids or fid not in changed)]
+        return LanceOperation.Update(removed_fragment_ids=remove, updated_fragments=list(updated))
+
+    return commit_exactly(uri, base_version, set(base), wanted, update, so, f"partition table {uri} (delete)",
+                          max_attempts=max_attempts)
+
+
+def delete_in_table(root: str, object_id: str, location: str, base: int, schema: pa.Schema, filter: str,
+                    scan_filter: str | None, storage_options: Mapping[str, str] | None = None, *,
+                    whole: bool = False) -> TableDelete:
+    """Delete the rows matching ``filter`` from version ``base`` of one partition table and commit
+    the result (nothing when no row matches). ``whole``: the strict projection proved that every
+    row matches (:func:`entire_tables`); every fragment goes without reading a row."""
+    so = dict(storage_options) if storage_options else None
+    uri = join_uri(root, check_location(location, object_id, root))
+    ds = lance.dataset(uri, version=base, storage_options=so)
+    if whole:
+        fragments = ds.get_fragments()
+        rows = sum(f.count_rows() for f in fragments)  # from the fragment metadata
+        if not fragments:
+            return TableDelete(object_id, location, base, None, 0)
+        version = commit_deletions(uri, base, [], [f.fragment_id for f in fragments], so)
+        return TableDelete(object_id, location, base, version, rows)
+    addr = matching_addresses(ds, schema, filter, scan_filter)
+    if not len(addr):
+        return TableDelete(object_id, location, base, None, 0)
+    updated, removed = deletion_files(ds, addr)
+    version = commit_deletions(uri, base, updated, removed, so)
+    if version <= base:
+        raise LancepartError(f"{object_id}: table version {version} would move read_version {base} backwards")
+    return TableDelete(object_id, location, base, version, len(addr))
