@@ -144,7 +144,7 @@ from lancepart.errors import (
     UnsafeRetentionError,
 )
 from lancepart.ids import check_location
-from lancepart.manifest import MANIFEST_DIR, Manifest, join_uri, normalize_root
+from lancepart.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri, normalize_root
 from lancepart.parallel import map_threads
 from lancepart.repair import ensure_intact
 from lancepart.results import CleanupStats
@@ -298,8 +298,9 @@ def set_retention_floor(root: str | os.PathLike[str], floor: timedelta,
     if not isinstance(floor, timedelta) or floor < DEFAULT_RETENTION_FLOOR:
         raise InvalidArgumentError(f"floor must be a datetime.timedelta of at least {DEFAULT_RETENTION_FLOOR}, "
                                    f"got {floor!r}")
-    Manifest(normalize_root(root), storage_options).dataset().update_metadata(
-        {RETENTION_FLOOR_KEY: str(int(floor.total_seconds()))})
+    value = str(int(floor.total_seconds()))
+    Manifest(normalize_root(root), storage_options).update(
+        lambda snap: (ManifestChanges(metadata={RETENTION_FLOOR_KEY: value}), None), what="set retention floor")
 
 
 class _Run:

@@ -47,6 +47,7 @@ from lancepart.durations import parse_duration
 from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
 from lancepart.manifest import (
     Manifest,
+    ManifestChanges,
     ManifestSnapshot,
     backoff,
     commit_lock,
@@ -160,7 +161,9 @@ def set_batch_id_retention(manifest: Manifest, retention: timedelta) -> None:
     """
     if not isinstance(retention, timedelta) or retention <= timedelta(0):
         raise InvalidArgumentError(f"batch id retention must be a positive datetime.timedelta, got {retention!r}")
-    manifest.dataset().update_metadata({RETENTION_PROPERTY: str(int(retention.total_seconds()))})
+    value = str(int(retention.total_seconds()))
+    manifest.update(lambda snap: (ManifestChanges(metadata={RETENTION_PROPERTY: value}), None),
+                    what="set batch id retention")
 
 
 def result_details(record: BatchRecord | None, retention: timedelta, now: datetime | None = None) -> dict[str, Any]:
