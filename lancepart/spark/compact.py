@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from lancepart.deprecation import keyword_only
@@ -32,18 +32,17 @@ from lancepart.maintenance.compact import (
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.spark.datasource import register
-from lancepart.spark.tasks import options_value, spark_action
+from lancepart.spark.tasks import Task, run_on_executors
 
 log = logging.getLogger("lancepart.spark")
 
 
-def _rewrite_task(root: str, storage_options: Any) -> Callable[[str], str]:
+def _rewrite_task(root: str) -> Task:
     """The executor function: one table's plan JSON in, its rewrite (fragment metadata) JSON out."""
 
-    def run(plan_json: str) -> str:
+    def run(plan_json: str, options: dict[str, str] | None) -> str:
         from lancepart.maintenance.compact import rewrite_or_failure
 
-        options = options_value(storage_options)
         return rewrite_or_failure(root, TablePlan.from_json(plan_json), options).to_json()
 
     return run
@@ -86,16 +85,12 @@ def compact(
     rewrites: list[TableRewrite] = []
     failures: dict[str, str] = {}
     if plan.tables:
-        sc = spark.sparkContext
-        items = [tp.to_json() for tp in plan.tables]
-        if tables_per_task is None:
-            tables_per_task = max(1, -(-len(items) // (4 * sc.defaultParallelism)))
-        phases["spark_tasks"] = tasks = -(-len(items) // tables_per_task)
-        with spark_action(spark, ns.storage_options) as shipped:
-            out = sc.parallelize(items, tasks).map(_rewrite_task(ns.root, shipped)).collect()
-        parsed = [(json.loads(o), o) for o in out]
-        rewrites = [TableRewrite.from_json(o) for d, o in parsed if not d.get("failed")]
-        failures = {d["object_id"]: d["message"] for d, _ in parsed if d.get("failed")}
+        counts: dict[str, Any] = {}
+        answers = run_on_executors(spark, ns.storage_options, [tp.to_json() for tp in plan.tables],
+                                   _rewrite_task(ns.root), counts, items_per_task=tables_per_task)
+        phases["spark_tasks"] = counts["spark_tasks"]
+        rewrites = [TableRewrite.from_json(json.dumps(d)) for d in answers if not d.get("failed")]
+        failures = {d["object_id"]: d["message"] for d in answers if d.get("failed")}
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,
                                compact_manifest_table=compact_manifest_table, failures=failures)

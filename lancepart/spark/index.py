@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,31 +21,24 @@ from lancepart.error_mapping import public_operation
 from lancepart.maintenance.indexes import ApplyTables, TableTodo
 from lancepart.maintenance.indexes import create_index as _create_index
 from lancepart.maintenance.indexes import drop_index as _drop_index
-from lancepart.manifest import ManifestConflict
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
-from lancepart.spark.tasks import options_value, spark_action
+from lancepart.spark.tasks import Task, commit_or_conflict, run_on_executors
 
 log = logging.getLogger("lancepart.spark")
 
 
-def _index_task(root: str, op_json: str, snapshot_version: int, storage_options: Any) -> Callable[[str], str]:
+def _index_task(root: str, op_json: str, snapshot_version: int) -> Task:
     """The executor function: one table's ``[object_id, location, base]`` in, ``[object_id,
     base, version]`` out (or ``{"conflict": ...}`` when the driver must rebase)."""
 
-    def run(item: str) -> str:
+    def run(item: str, options: dict[str, str] | None) -> str:
         from lancepart.maintenance.indexes import index_table
-        from lancepart.manifest import Manifest
-        from lancepart.write.guard import commit_on_published
 
         oid, location, base = json.loads(item)
-        options = options_value(storage_options)
-        try:
-            version = commit_on_published(Manifest(root, options), snapshot_version, oid, location, base,
-                                          lambda: index_table(root, oid, location, base, op_json, options))
-        except ManifestConflict as e:
-            return json.dumps({"conflict": str(e)})
-        return json.dumps([oid, base, version])
+        return commit_or_conflict(root, options, snapshot_version, oid, location, base,
+                                  lambda: index_table(root, oid, location, base, op_json, options),
+                                  lambda version: json.dumps([oid, base, version]))
 
     return run
 
@@ -54,21 +46,9 @@ def _index_task(root: str, op_json: str, snapshot_version: int, storage_options:
 def _on_executors(spark, ns: PartitionedNamespace, phases: dict[str, Any]) -> Callable[[str], ApplyTables]:
     def for_op(op_json: str) -> ApplyTables:
         def apply(snapshot_version: int, todo: Sequence[TableTodo]) -> list[tuple[str, int, int]]:
-            t = time.monotonic()
-            sc = spark.sparkContext
-            items = [json.dumps(list(item)) for item in todo]
-            tasks = min(len(items), 4 * sc.defaultParallelism)  # each task indexes a group of tables
-            with spark_action(spark, ns.storage_options) as shipped:
-                out = sc.parallelize(items, tasks).map(
-                    _index_task(ns.root, op_json, snapshot_version, shipped)).collect()
-            phases["spark_jobs"] += 1
-            phases["spark_tasks"] += tasks
-            phases["tables_s"] = round(phases["tables_s"] + time.monotonic() - t, 3)
-            parsed = [json.loads(o) for o in out]
-            conflicts = [d["conflict"] for d in parsed if isinstance(d, dict)]
-            if conflicts:  # a published version was removed by a cleanup and __manifest moved on: rebase
-                raise ManifestConflict(conflicts[0])
-            return [(oid, base, version) for oid, base, version in parsed]
+            answers = run_on_executors(spark, ns.storage_options, [json.dumps(list(item)) for item in todo],
+                                       _index_task(ns.root, op_json, snapshot_version), phases)
+            return [(oid, base, version) for oid, base, version in answers]
 
         return apply
 

@@ -33,7 +33,7 @@ from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import with_legacy_ids
 from lancepart.spark.datasource import register
-from lancepart.spark.tasks import options_value, spark_action
+from lancepart.spark.tasks import Task, run_on_executors, spark_action
 from lancepart.spark.workers import check_workers
 from lancepart.spark.write import (
     FRAGMENT_ROW_SCHEMA,
@@ -66,17 +66,17 @@ def _read_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def _match_task(root: str, schema_json: str, keys: Any, on: Sequence[str], delete: bool, storage_options: Any):
+def _match_task(root: str, schema_json: str, keys: Any, on: Sequence[str], delete: bool) -> Task:
     """The executor function: ``[object_id, location, base]`` in, the table's deletions and
     matched input row numbers out (JSON)."""
 
-    def run(item: str) -> str:
+    def run(item: str, options: dict[str, str] | None) -> str:
         from lancepart.spec import schema_from_json
         from lancepart.write.merge import merge_in_table
 
         oid, location, base = json.loads(item)
         d, rows = merge_in_table(root, oid, location, base, _read_ipc(keys.value), on, schema_from_json(schema_json),
-                                 options_value(storage_options), delete)
+                                 options, delete)
         return json.dumps({"object_id": oid, "location": location, "base": base, "rows": d.rows,
                            "updated": [f.to_json() for f in d.updated], "removed": list(d.removed),
                            "matched": rows.tolist()})
@@ -151,15 +151,10 @@ def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_n
                          ) -> list[tuple[Deletions, np.ndarray]]:
             if not shipped_keys:
                 shipped_keys.append(sc.broadcast(_ipc(plan.keys)))
-            items = [json.dumps(list(item)) for item in todo]
-            tasks = min(len(items), 4 * sc.defaultParallelism)
-            with spark_action(spark, manifest.storage_options) as shipped:
-                out = sc.parallelize(items, tasks).map(
-                    _match_task(manifest.root, schema_json, shipped_keys[0], on, update, shipped)).collect()
-            phases["spark_jobs"] += 1
-            parsed = [json.loads(o) for o in out]
+            answers = run_on_executors(spark, manifest.storage_options, [json.dumps(list(item)) for item in todo],
+                                       _match_task(manifest.root, schema_json, shipped_keys[0], on, update), phases)
             return [(Deletions(p["object_id"], p["location"], p["base"], fragments_from_json(p["updated"]),
-                               p["removed"], p["rows"]), np.asarray(p["matched"], dtype=np.int64)) for p in parsed]
+                               p["removed"], p["rows"]), np.asarray(p["matched"], dtype=np.int64)) for p in answers]
 
         def write(ev: Evaluation, snap: ManifestSnapshot):
             if not (update and ev.matched.num_rows) and not (insert and ev.matched.num_rows < plan.keys.num_rows):

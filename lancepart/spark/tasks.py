@@ -1,19 +1,25 @@
-"""Plumbing every Spark front end shares: storage options shipped to the executors, and the
-typed errors of failed tasks brought back to the driver.
+"""Plumbing every Spark front end shares: storage options shipped to the executors, the typed
+errors of failed tasks brought back to the driver, and the per-table fan-out of every operation
+that works table by table (:func:`run_on_executors`).
 
->>> # with spark_action(spark, ns.storage_options) as shipped:
->>> #     rdd.map(task_using(options_value(shipped))).collect()
+>>> # answers = run_on_executors(spark, ns.storage_options, [json.dumps(t) for t in todo], task, phases)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from lancepart import lance_env
 from lancepart.error_mapping import task_error
+from lancepart.manifest import ManifestConflict
 from lancepart.spark.workers import check_workers
+
+# What runs on an executor for one table: its item (JSON) and the storage options in, a JSON answer out.
+Task = Callable[[str, dict[str, str] | None], str]
 
 
 def ship_options(spark, storage_options: Mapping[str, str] | None) -> Any:
@@ -58,3 +64,75 @@ def spark_action(spark, storage_options: Mapping[str, str] | None) -> Iterator[A
         raise typed from e
     finally:
         release(shipped)
+
+
+def _with_options(task: Task, shipped: Any) -> Callable[[str], str]:
+    """The function Spark maps over the items: ``task`` with the storage options :func:`ship_options`
+    shipped (a closure over plain values: ``task`` and the broadcast are pickled, nothing else)."""
+
+    def run(item: str) -> str:
+        return task(item, options_value(shipped))
+
+    return run
+
+
+def task_count(items: int, parallelism: int, tasks_per_core: int = 4, items_per_task: int | None = None) -> int:
+    """How many Spark tasks share ``items`` tables: groups of ``items_per_task`` tables, by default
+    as many per group as needed for about ``tasks_per_core`` tasks per core (``parallelism``);
+    never more tasks than tables. A task costs tens of milliseconds of scheduling, which dominates
+    when the tables are small (benchmarks/compact.py)."""
+    if items_per_task is None:
+        items_per_task = max(1, -(-items // (tasks_per_core * parallelism)))
+    return -(-items // items_per_task)
+
+
+def run_on_executors(spark, storage_options: Mapping[str, str] | None, items: Sequence[str], task: Task,
+                     phases: dict[str, Any] | None = None, *, tasks_per_core: int = 4,
+                     items_per_task: int | None = None) -> list[Any]:
+    """Run ``task`` on every item (one partition table's work, as JSON) in one Spark job and
+    return the parsed answers in the order of ``items``.
+
+    The items are spread over :func:`task_count` tasks; the job runs inside :func:`spark_action`
+    (storage options shipped as a broadcast, a lancepart error of a task re-raised as itself).
+    An answer ``{"conflict": message}`` (:func:`commit_or_conflict`: the published version a
+    table commit built on was removed by a cleanup and ``__manifest`` moved on) raises
+    :class:`~lancepart.manifest.ManifestConflict`, so the driver rebases. ``phases`` counts the
+    job in ``spark_jobs``, its tasks in ``spark_tasks`` and its wall time in ``tables_s``.
+    No items: no job, no answers.
+
+    >>> # run_on_executors(spark, ns.storage_options, ['["v1$a", "3f9a_v1$a", 4]'], task, phases)
+    """
+    if not items:
+        return []
+    started = time.monotonic()
+    sc = spark.sparkContext
+    tasks = task_count(len(items), sc.defaultParallelism, tasks_per_core, items_per_task)
+    with spark_action(spark, storage_options) as shipped:
+        out = sc.parallelize(list(items), tasks).map(_with_options(task, shipped)).collect()
+    if phases is not None:
+        phases["spark_jobs"] = phases.get("spark_jobs", 0) + 1
+        phases["spark_tasks"] = phases.get("spark_tasks", 0) + tasks
+        phases["tables_s"] = round(phases.get("tables_s", 0.0) + time.monotonic() - started, 3)
+    answers = [json.loads(o) for o in out]
+    conflicts = [a["conflict"] for a in answers if isinstance(a, dict) and "conflict" in a]
+    if conflicts:  # a published version was removed by a cleanup and __manifest moved on: rebase
+        raise ManifestConflict(conflicts[0])
+    return answers
+
+
+def commit_or_conflict(root: str, storage_options: Mapping[str, str] | None, snapshot_version: int,
+                       object_id: str, location: str, base: int, commit: Callable[[], Any],
+                       answer: Callable[[Any], str]) -> str:
+    """On an executor: ``commit`` one table on its published version ``base`` through
+    :func:`lancepart.write.guard.commit_on_published` and return ``answer`` of what it returned;
+    ``{"conflict": message}`` instead when the driver must rebase (:func:`run_on_executors`
+    raises it there as :class:`~lancepart.manifest.ManifestConflict`)."""
+    from lancepart.manifest import Manifest
+    from lancepart.write.guard import commit_on_published
+
+    try:
+        done = commit_on_published(Manifest(root, storage_options), snapshot_version, object_id, location, base,
+                                   commit)
+    except ManifestConflict as e:
+        return json.dumps({"conflict": str(e)})
+    return answer(done)
