@@ -31,7 +31,7 @@ from lancepart.maintenance.compact import (
 )
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
-from lancepart.spark.datasource import register
+from lancepart.spark.registry import register
 from lancepart.spark.tasks import Task, run_on_executors
 
 log = logging.getLogger("lancepart.spark")

@@ -69,11 +69,12 @@ from pyspark.sql.datasource import (
 from lancepart.errors import InvalidArgumentError, LancepartError, NamespaceExistsError, SnapshotExpiredError
 from lancepart.manifest import normalize_root
 from lancepart.results import CommitResult
+from lancepart.spark.registry import NAME, data_source
+from lancepart.spark.registry import PUSHDOWN_CONF as PUSHDOWN_CONF  # re-exported
+from lancepart.spark.registry import register as register  # re-exported: docs and users call it here
 
 log = logging.getLogger("lancepart")
 
-NAME = "lancepart"
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 STREAM_BATCH_PREFIX = "spark-streaming"
 RESULTS_DIR_ENV = "LANCEPART_RESULTS_DIR"
 
@@ -82,31 +83,6 @@ OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file",
            "result_path", "replacewhere", "filter")
 # options Spark itself passes along, never storage options
 SPARK_OPTIONS = ("checkpointlocation", "paths")
-
-
-# --------------------------------------------------------------------------- registration
-def register(spark, strict: bool = True) -> None:
-    """Register the ``lancepart`` data source in ``spark`` (idempotent) and enable Spark's filter
-    pushdown for Python data sources, which the reader needs (``spark.sql.python.filterPushdown.enabled``).
-    ``strict=False`` (the implicit call of every ``lps.*`` function) logs a failure instead of
-    raising it: ``lps.write`` does not need the data source.
-
-    >>> # lps.register(spark); spark.read.format("lancepart").load("/data/events")
-    """
-    if getattr(spark, "_lancepart_registered", False):
-        return
-    try:
-        spark.conf.set(PUSHDOWN_CONF, "true")
-        spark.dataSource.register(LancepartDataSource)
-    except Exception as e:
-        if strict:
-            raise
-        log.warning("cannot register the lancepart data source in this Spark session: %s", e)
-        return
-    try:
-        spark._lancepart_registered = True
-    except AttributeError:  # pragma: no cover - a session object without a __dict__: register again next time
-        pass
 
 
 # --------------------------------------------------------------------------- options
@@ -671,6 +647,7 @@ class LancepartReader(DataSourceReader):
 
 
 # --------------------------------------------------------------------------- the data source
+@data_source
 class LancepartDataSource(DataSource):
     """``format("lancepart")``: a partitioned namespace root as a Spark table."""
 

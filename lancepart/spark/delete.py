@@ -22,7 +22,7 @@ from lancepart.maintenance.delete import delete as _delete
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import with_legacy_ids
-from lancepart.spark.datasource import register
+from lancepart.spark.registry import register
 from lancepart.spark.tasks import Task, commit_or_conflict, run_on_executors
 from lancepart.spec import schema_to_json
 from lancepart.write.deletions import TableDelete, TableTodo

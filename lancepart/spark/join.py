@@ -34,7 +34,6 @@ from lancepart.read.spj import (
     layout_schema,
     plan_join,
 )
-from lancepart.spark.datasource import register
 from lancepart.spark.read import (
     arrow_schema_for,
     conform,
@@ -47,6 +46,7 @@ from lancepart.spark.read import (
     spark_type,
     task_frame,
 )
+from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 
 log = logging.getLogger("lancepart.spark")

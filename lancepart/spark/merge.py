@@ -32,7 +32,7 @@ from lancepart.manifest import ManifestSnapshot
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import with_legacy_ids
-from lancepart.spark.datasource import register
+from lancepart.spark.registry import register
 from lancepart.spark.tasks import Task, run_on_executors, spark_action
 from lancepart.spark.workers import check_workers
 from lancepart.spark.write import (

@@ -36,7 +36,7 @@ from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
-from lancepart.spark.datasource import register
+from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 
 log = logging.getLogger("lancepart.spark")

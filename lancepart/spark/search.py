@@ -25,8 +25,8 @@ from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.read import search as _search
-from lancepart.spark.datasource import register
 from lancepart.spark.read import arrow_schema_for, conform, info_from_json, info_to_json, spark_schema, task_frame
+from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 
 PART, ROW_ID, DISTANCE, RANK = "_part", "_rowid", "_distance", "rank"

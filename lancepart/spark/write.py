@@ -40,7 +40,7 @@ from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
-from lancepart.spark.datasource import register
+from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.spark.workers import check_workers
 from lancepart.write.batches import check_batch_id

@@ -1,0 +1,52 @@
+"""Registering the ``lancepart`` Spark data source in a session (``format("lancepart")``).
+
+Every ``lps.*`` front end registers it implicitly, while the data source itself
+(:mod:`lancepart.spark.datasource`) is built on the paths of ``lps.write`` and ``lps.read``: so
+registration sits below both, and the data source hands its class over with
+:func:`data_source` when its module is imported (``import lancepart.spark`` does that first).
+
+>>> # from lancepart.spark.registry import register; register(spark)
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("lancepart")
+
+NAME = "lancepart"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+_SOURCE: list[type] = []  # the data source class, once lancepart.spark.datasource is imported
+
+
+def data_source(cls: type) -> type:
+    """Class decorator of the ``lancepart`` data source: the class :func:`register` registers."""
+    _SOURCE[:] = [cls]
+    return cls
+
+
+def register(spark, strict: bool = True) -> None:
+    """Register the ``lancepart`` data source in ``spark`` (idempotent) and enable Spark's filter
+    pushdown for Python data sources, which the reader needs (``spark.sql.python.filterPushdown.enabled``).
+    ``strict=False`` (the implicit call of every ``lps.*`` function) logs a failure instead of
+    raising it: ``lps.write`` does not need the data source.
+
+    >>> # lps.register(spark); spark.read.format("lancepart").load("/data/events")
+    """
+    if getattr(spark, "_lancepart_registered", False):
+        return
+    try:
+        if not _SOURCE:
+            raise RuntimeError("the lancepart data source is not loaded: import lancepart.spark first")
+        spark.conf.set(PUSHDOWN_CONF, "true")
+        spark.dataSource.register(_SOURCE[0])
+    except Exception as e:
+        if strict:
+            raise
+        log.warning("cannot register the lancepart data source in this Spark session: %s", e)
+        return
+    try:
+        spark._lancepart_registered = True
+    except AttributeError:  # pragma: no cover - a session object without a __dict__: register again next time
+        pass
