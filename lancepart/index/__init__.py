@@ -279,6 +279,12 @@ def apply_on_exact(uri: str, base_version: int, op: Maintain | Drop, storage_opt
                 backoff(attempt, 0.01, 1.0)  # a concurrent table commit won: go round on the new latest
                 continue
             latest = lance.dataset(uri, storage_options=so)
+            if {_ident(f.metadata) for f in latest.get_fragments()} != base:
+                # a writer's table commit landed beside ours: take its (unpublished) fragments out
+                # again with a cheap commit rather than building the index again, which a writer
+                # committing faster than the build takes could starve
+                latest = lance.dataset(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
+                                       storage_options=so)
         if {_ident(f.metadata) for f in latest.get_fragments()} == base and not op.needed(latest):
             return latest.version
         backoff(attempt, 0.01, 1.0)
