@@ -1,6 +1,6 @@
 # One command each, on a fresh machine with Python >= 3.10 and Java 17:
-#   make demo   set up .venv and run the ingest job on generated data (Spark local[*])
-#   make test   set up .venv and run the test suite
+#   make demo   set up .venv with the runtime only and run the ingest job on generated data (Spark local[*])
+#   make test   add the test extra (Airflow, moto, SeaweedFS, ...) to .venv and run the test suite
 #   make bench-peers  install the peers (.[bench]) and run benchmarks/peers.py
 #   make dist   pack the runtime environment for a Spark cluster into build/lancepart-env.tar.gz
 #               (./spark-submit.sh ships it to the executors when --master is not local)
@@ -8,22 +8,30 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the runtime alone (what `make demo` needs): no test extra (Airflow, moto, SeaweedFS, ...)
+RUNTIME_STAMP := $(VENV)/.runtime
 # Runtime-only environment for the executors: a fresh venv with a non-editable install of the
 # package (no test/bench extras), packed with venv-pack (the `dist` extra).
 DIST_VENV := build/dist-venv
 ARCHIVE := build/lancepart-env.tar.gz
 
-.PHONY: setup demo test lint bench bench-peers dist clean
+.PHONY: setup setup-runtime demo test lint bench bench-peers dist clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+setup-runtime: $(RUNTIME_STAMP)
+
 setup: $(STAMP)
 
-demo: setup
+demo: setup-runtime
 	./spark-submit.sh jobs/ingest.py --config configs/demo.yaml
 
 test: setup
