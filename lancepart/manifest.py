@@ -509,13 +509,12 @@ class Manifest:
             raise ValueError("one commit sets root properties or adds columns, not both")
         if changes.columns:
             try:
-                ds = self.dataset(base.version)
-                ds.add_columns(list(changes.columns))
+                new = self.dataset(base.version)
+                new.add_columns(list(changes.columns))  # the handle moves to the version it commits
             except OSError as e:  # Lance's commit conflicts are OSErrors
                 if not is_commit_conflict(e):
                     raise
                 raise ManifestConflict(str(e)) from e
-            new = self.dataset()
             note_commit(new.version)
         else:
             def build(ds: lance.LanceDataset) -> tuple[LanceOperation.BaseOperation, None]:

@@ -40,7 +40,7 @@ from lancepart.manifest import (
 )
 from lancepart.read.manifest_query import entire_tables
 from lancepart.results import CommitResult
-from lancepart.write.deletions import ApplyTables, TableDelete, TableTodo, delete_in_table  # noqa: F401 (TableDelete, TableTodo: the names Spark uses)
+from lancepart.write.deletions import ApplyTables, delete_in_table
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
 if TYPE_CHECKING:

@@ -238,6 +238,7 @@ def publish_changes(
         current = {r["object_id"]: r for r in snap.lookup(existing).select(
             ["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist()}
         todo = []
+        location: dict[str, str] = {}  # object_id -> the table's directory on this snapshot
         for oid in existing:
             row = current.get(oid)
             reason = _unpublishable(oid, row, what)
@@ -246,9 +247,9 @@ def publish_changes(
                     raise reason
                 left_out[oid] = str(reason)
                 continue
+            location[oid] = by_oid[oid].location or check_location(row["location"], oid, manifest.root)
             if oid not in done or done[oid].published != row["read_version"]:
-                todo.append(TableWork(by_oid[oid], by_oid[oid].location
-                                      or check_location(row["location"], oid, manifest.root), row["read_version"]))
+                todo.append(TableWork(by_oid[oid], location[oid], row["read_version"]))
         t = time.monotonic()
         if todo:
             made = (run(snap.version, todo) if run is not None
@@ -264,11 +265,10 @@ def publish_changes(
                                          f"{m.published} backwards")
                 done[m.object_id] = m
         faults.checkpoint("after_table_commits")
-        live = [o for o in existing if o not in left_out]
-        changed = [done[o] for o in live if done[o].changed]
+        changed = [done[o] for o in existing if o not in left_out and done[o].changed]
         new = [c for c in by_oid.values() if c.created is not None]
-        check_files_present(manifest.root, [(m.object_id, by_oid[m.object_id].location or current[m.object_id]
-                                             ["location"], m.version, by_oid[m.object_id].fragments) for m in changed]
+        check_files_present(manifest.root, [(m.object_id, location[m.object_id], m.version,
+                                             by_oid[m.object_id].fragments) for m in changed]
                             + [(c.object_id, c.location, None, c.fragments) for c in new], manifest.storage_options)
         state["commit_tables_s"] += time.monotonic() - t
         if not changed and added is None and batch_id is None:
@@ -301,8 +301,10 @@ def publish_changes(
 
 
 def _by_object_id(changes: Sequence[TableChange]) -> dict[str, TableChange]:
-    out = {c.object_id: c for c in changes if c.fragments or c.commit is not None or c.removed}
-    if len(out) != len([c for c in changes if c.fragments or c.commit is not None or c.removed]):
+    """The changes that change something, by table; one per table."""
+    real = [c for c in changes if c.fragments or c.commit is not None or c.removed]
+    out = {c.object_id: c for c in real}
+    if len(out) != len(real):
         raise ValueError("one change per partition table expected")
     return out
 
