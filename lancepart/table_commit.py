@@ -27,6 +27,13 @@ from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, i
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
 
+# The commit message of a commit that drops fragments nobody published (another writer's
+# commits beyond the published version): a Restore(published), or an Update removing
+# fragments that are not the base's. That writer may still put the same files back in a
+# version it is about to publish, so cleanup keeps the version before such a commit for the
+# retention floor (lancepart.maintenance.cleanup: "dropped unpublished fragments").
+DROPS_UNPUBLISHED = "lancepart: drops unpublished fragments"
+
 
 def _ident(frag: FragmentMetadata) -> Ident:
     """A fragment's identity: its data files plus its deletion file, if any."""
@@ -152,11 +159,12 @@ def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted:
             if not base <= set(have):
                 lance.LanceDataset.commit(uri, LanceOperation.Restore(base_version),
                                           read_version=latest.version, storage_options=storage_options,
-                                          commit_lock=lock)
+                                          commit_lock=lock, commit_message=DROPS_UNPUBLISHED)
                 continue
+            foreign = any(ident not in base and ident not in wanted for ident in have)
             ours = lance.LanceDataset.commit(uri, update(have),
                                              read_version=latest.version, storage_options=storage_options,
-                                             commit_lock=lock)
+                                             commit_lock=lock, commit_message=DROPS_UNPUBLISHED if foreign else None)
         except (LanceCommitConflictError, OSError) as e:
             if not is_commit_conflict(e):  # Lance's own conflicts, also when it gave up retrying them
                 raise

@@ -72,6 +72,15 @@ def backdate(path: str, seconds: float) -> None:
         os.utime(f, (t, t))
 
 
+def later(monkeypatch, hours: float = 2) -> None:
+    """Cleanups from here on run ``hours`` later than now (their cut-off and floor move; the
+    versions' and files' times do not): past the retention floor of one hour, what only the
+    floor kept goes."""
+    import lancepart.maintenance.cleanup as module
+
+    monkeypatch.setattr(module, "_clock", lambda: time.time() + hours * 3600)
+
+
 def batch(k: int, rows: int = 120, days: int = 2) -> Batch:
     return Batch(f"b{k}", k * 1_000_000, rows, seed=k, days=days)
 
@@ -81,13 +90,14 @@ def run_killed(root: str, b: Batch, fault: str) -> None:
     assert code == 77 and not records, err[-3000:]
 
 
-def test_killed_jobs_and_old_versions_go_snapshot_and_tag_stay(ns):
+def test_killed_jobs_and_old_versions_go_snapshot_and_tag_stay(ns, monkeypatch):
     """A job killed after writing fragments (never committed) and one killed after its first
     table commit (a version beyond read_version, then superseded by a later writer) leave files
-    and versions that cleanup removes; the published snapshot and a tagged version stay
-    readable; what is left is exactly what the remaining versions reference. A dry run
-    before removes nothing and reports the counts and bytes the real run then removes
-    (spec "Transaction"; docs/design.md §8)."""
+    and versions that cleanup removes once the later writer's commit is older than the retention
+    floor (until then its writer could have been alive, about to put its fragments back); the
+    published snapshot and a tagged version stay readable; what is left is exactly what the
+    remaining versions reference. A dry run before removes nothing and reports the counts and
+    bytes the real run then removes (spec "Transaction"; docs/design.md §8)."""
     root = ns.root
     ns.write(batch(1).table(), batch_id="b1")
     first = ns.partitions()[0]
@@ -106,6 +116,7 @@ def test_killed_jobs_and_old_versions_go_snapshot_and_tag_stay(ns):
                for p in ns.partitions()}
     assert any(orphans.values()), "the job killed after writing fragments left unreferenced data files"
     before = ns.to_table().sort_by("id")
+    later(monkeypatch)
     on_disk = disk(root)
 
     dry = ns.cleanup(ZERO, dry_run=True, allow_short_retention=True)
@@ -133,13 +144,15 @@ def test_killed_jobs_and_old_versions_go_snapshot_and_tag_stay(ns):
     assert stats.tables_scanned == len(ns.partitions())
 
 
-def test_old_read_version_stays_when_newer_unpublished_versions_exist(ns, tmp_path):
+def test_old_read_version_stays_when_newer_unpublished_versions_exist(ns, tmp_path, monkeypatch):
     """A partition whose published read_version is older than the retention while jobs committed
     newer versions they never published: Lance's own cleanup would delete the read_version (it
     keeps only the latest and tagged versions); ns.cleanup keeps it, keeps the newer
     unpublished versions while they are younger than the retention floor (a write may be about to
-    publish them), and removes them once a later publish supersedes them (spec "Transaction /
-    Read Behavior")."""
+    publish them). A later publish supersedes them and drops their fragments: the last of them
+    stays while that publish is younger than the floor (its writer, if alive, would put its
+    fragments back), the rest go at once, and all of them go once the floor has passed (spec
+    "Transaction / Read Behavior")."""
     ns.write(batch(1).table(), batch_id="b1")
     p = ns.partitions()[0]
     uri = join_uri(ns.root, p.location)
@@ -165,8 +178,11 @@ def test_old_read_version_stays_when_newer_unpublished_versions_exist(ns, tmp_pa
     top = next(q.read_version for q in ns.refresh().partitions() if q.object_id == p.object_id)
     before = ns.to_table().sort_by("id")
     stats = ns.cleanup(ZERO, allow_short_retention=True)
+    assert versions(uri) == [unpublished[-1], top]
+    later(monkeypatch)
+    stats2 = ns.cleanup(ZERO, allow_short_retention=True)
     assert versions(uri) == [top]
-    assert {f"{p.location}@v{v}" for v in (p.read_version, *unpublished)} <= set(stats.removed)
+    assert {f"{p.location}@v{v}" for v in (p.read_version, *unpublished)} <= {*stats.removed, *stats2.removed}
     assert ns.to_table().sort_by("id").equals(before)
 
 

@@ -30,7 +30,7 @@ from lancepart.maintenance.cleanup import (
 )
 from lancepart.manifest import join_uri
 from tests.crash_proc import BLOCK, Batch, finish, launch
-from tests.test_cleanup import backdate, batch, data_files, disk, tracked, versions
+from tests.test_cleanup import backdate, batch, data_files, disk, later, tracked, versions
 
 ZERO = timedelta(0)
 
@@ -204,6 +204,37 @@ def test_version_a_write_is_about_to_publish_survives_zero_retention(ns):
     assert published(ns.root) == want
 
 
+@pytest.mark.parametrize("pause", ["after_table_commits", "before_manifest_commit"])
+def test_fragments_a_concurrent_commit_dropped_survive_zero_retention_until_their_writer_publishes(ns, pause):
+    """Two writers append to the same partitions. The first has committed its table versions
+    (and checked its files) and is paused (``pause``) before its ``__manifest`` commit; the second
+    commits on the published versions (which drops the first's fragments from the tables:
+    nobody published them) and publishes. A cleanup at ``older_than=0`` now sees the first
+    writer's versions superseded by published ones. The first writer then goes again on the
+    newer ``__manifest`` and puts the same data files back. On the code before, the cleanup
+    deleted those files (the versions holding them looked old): the write failed, or, when
+    the delete landed just after its file check, published versions whose files were gone
+    (CI: "Not found ... .lance" reading a published table). Now the version before a commit
+    that dropped unpublished fragments obeys the floor: the write publishes and every row
+    reads with plain pylance at its ``read_version`` (it used to fail with
+    DataFilesMissingError at best)."""
+    b1, b2, b3 = batch(1, days=1), batch(2, days=1), batch(3, days=1)
+    ns.write(b1.table(), batch_id="b1")
+    parts = ns.partitions()
+    proc = launch(ns.root, [b2.op(fault=f"{pause}:sleep:4")])
+    _wait_for(lambda: all(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version for p in parts))
+    time.sleep(0.5)  # past its table commits (and file check): paused
+    theirs = {p.location: lance.dataset(join_uri(ns.root, p.location)).version for p in parts}
+    ns.write(b3.table(), batch_id="b3")  # drops the paused writer's fragments from every table
+    cleanup(ns.root, ZERO, allow_short_retention=True)
+    for loc, v in theirs.items():
+        assert v in versions(join_uri(ns.root, loc)), (loc, v)
+    code, records, err = finish(proc)
+    assert code == 0 and len(records) == 1 and "error" not in records[0], (records, err[-3000:])
+    want = sorted(i for b in (b1, b2, b3) for i in range(b.start, b.start + b.rows))
+    assert published(ns.root) == want
+
+
 # --------------------------------------------------------------------------- item 5: slow write
 
 def _wait_for(pred, timeout: float = 60) -> None:
@@ -239,26 +270,6 @@ def test_slow_write_fails_when_cleanup_removed_its_fragments(ns):
     assert "partition table v1$" in records[0]["message"] and ".lance" in records[0]["message"]
     assert lance.dataset(join_uri(ns.root, "__manifest")).version == version  # nothing published
     assert published(ns.root) == list(range(b1.start, b1.start + b1.rows))
-
-
-def test_slow_write_fails_when_cleanup_removed_its_table_version(ns):
-    """The same race one step later: the job committed its table versions (paused at
-    ``after_table_commits``), another writer's commit superseded them and published, and a cleanup
-    removed the superseded versions and their files before the job's ``__manifest`` commit. The
-    job rebases, finds its fragments gone and fails with DataFilesMissingError; nothing of it is
-    published and every other row reads (issue items 5 and 12)."""
-    ns.write(batch(1, days=1).table(), batch_id="b1")
-    proc = launch(ns.root, [batch(2, days=1).op(fault="after_table_commits:sleep:3", ready=True)])
-    _wait_for(lambda: any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
-                          for p in ns.partitions()))
-    time.sleep(0.5)
-    ns.write(batch(3, days=1).table(), batch_id="b3")
-    cleanup(ns.root, ZERO, allow_short_retention=True)
-    code, records, err = finish(proc)
-    assert code == 0 and len(records) == 1, err[-3000:]
-    assert records[0]["error"] == "DataFilesMissingError", records
-    want = sorted(i for b in (batch(1, days=1), batch(3, days=1)) for i in range(b.start, b.start + b.rows))
-    assert published(ns.root) == want
 
 
 # --------------------------------------------------------------------------- item 12: the base is gone
@@ -406,11 +417,13 @@ def test_corrupt_older_manifest_version_is_skipped_the_rest_cleaned(ns, damage, 
     assert PartitionedNamespace.open(ns.root).to_table().sort_by("id").equals(before)
 
 
-def test_version_whose_files_are_young_is_kept(ns):
+def test_version_whose_files_are_young_is_kept(ns, monkeypatch):
     """A superseded, unpinned version whose data file the store dates after the cut-off (the
     writer's clock, which dated the version, is behind the store's): the version and its file
     stay, whatever ``older_than`` says, and go in a cleanup once the file is old (issue item 4:
-    no file younger than the retention in force is deleted by any path)."""
+    no file younger than the retention in force is deleted by any path). The cleanups run two
+    hours later, past the floor that keeps the version before a commit that dropped
+    unpublished fragments for its own reason."""
     ns.write(batch(1, days=1).table(), batch_id="b1")
     p = ns.partitions()[0]
     uri = join_uri(ns.root, p.location)
@@ -420,10 +433,10 @@ def test_version_whose_files_are_young_is_kept(ns):
     ns.write(batch(2, days=1).table(), batch_id="b2")  # its commit drops the dead job's fragment
     own = tracked_at(uri, dead) - {f for v in versions(uri) if v != dead for f in tracked_at(uri, v)}
     assert own, "the dead version has a file of its own"
-    future = time.time() + 600
+    later(monkeypatch)
+    future = time.time() + 3 * 3600  # after the cut-off of a cleanup two hours from now
     for f in own:
         os.utime(os.path.join(uri, f), (future, future))
-    time.sleep(1.1)
 
     stats = ns.cleanup(timedelta(seconds=1), allow_short_retention=True)
     assert f"{p.location}@v{dead}" not in stats.removed and dead in versions(uri)

@@ -64,7 +64,10 @@ Guards that hold for every deletion, whatever ``older_than`` and the override sa
   newer than every version a retained snapshot pins: a write may be about to publish it
   (it has checked that its files exist and its ``__manifest`` commit is a moment away);
   under a short retention such versions of killed jobs go once they are older than the
-  floor, or as soon as a later publish supersedes them.
+  floor, or as soon as a later publish supersedes them. And so does the version right
+  before a commit that dropped fragments nobody published (a concurrent writer's commit on
+  the published version, :data:`~lancepart.table_commit.DROPS_UNPUBLISHED`): their writer
+  puts the same files back when it goes again on the newer ``__manifest``.
 
 Races with live writers, and why they are safe when ``older_than`` exceeds the longest
 write job (the default is 7 days; at least the floor):
@@ -148,6 +151,7 @@ from lancepart.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri
 from lancepart.parallel import map_threads
 from lancepart.repair import ensure_intact
 from lancepart.results import CleanupStats
+from lancepart.table_commit import DROPS_UNPUBLISHED
 from lancepart.write.batches import prepare_for_cleanup
 
 log = logging.getLogger("lancepart.cleanup")
@@ -239,6 +243,21 @@ def _removable(versions: Sequence[Mapping[str, Any]], cutoff: float, keep: Itera
     return [v for (v, _), (_, next_ts) in itertools.pairwise(ordered) if next_ts < cutoff and v not in keep]
 
 
+_clock = time.time  # the time a cleanup runs at (a test runs one "two hours later")
+
+
+def _drops_unpublished(ds: lance.LanceDataset, version: int) -> bool:
+    """Whether version ``version`` of the table is a commit that dropped fragments nobody
+    published (:data:`~lancepart.table_commit.DROPS_UNPUBLISHED`); True when its transaction
+    cannot be read (keeping a version a moment longer is the safe side)."""
+    try:
+        tx = ds.read_transaction(version)
+    except (OSError, ValueError, RuntimeError):
+        return True
+    props = (tx.transaction_properties or {}) if tx is not None else {}
+    return props.get("__lance_commit_message") == DROPS_UNPUBLISHED
+
+
 def _tag_versions(ds: lance.LanceDataset) -> dict[str, int]:
     return {name: int(t["version"]) for name, t in ds.tags.list().items() if t.get("version") is not None}
 
@@ -311,7 +330,7 @@ class _Run:
         self.root = root
         self.so = dict(storage_options) if storage_options else None
         self.dry_run = dry_run
-        now = time.time()
+        now = _clock()
         self.cutoff = now - older_than.total_seconds()
         # Two things obey the floor even under allow_short_retention: __manifest's own unreferenced
         # files (a writer's rows between their write and its commit) and unreferenced table
@@ -575,22 +594,40 @@ class _Run:
         tally.bytes += int(pc.sum(orphans.column("size_bytes")).as_py() or 0)
         tally.removed.extend(f"{location}/{p}" for p in orphans.column("path").to_pylist())
 
-    def _removable_table_versions(self, versions: Sequence[Mapping[str, Any]], keep: set[int], location: str
-                                  ) -> list[int]:
-        """:func:`_removable` at the cut-off, except that a version newer than everything a
-        retained snapshot pins obeys the floor: it may be a write's commit whose ``__manifest``
-        publish is a moment away (a version one writer committed is superseded at once by a
-        concurrent writer's, and the publish check of its files runs before the commit)."""
+    def _removable_table_versions(self, ds: lance.LanceDataset, versions: Sequence[Mapping[str, Any]],
+                                  keep: set[int], location: str) -> list[int]:
+        """:func:`_removable` at the cut-off, except for two kinds of version that obey the floor,
+        because a running write may be about to publish what they hold:
+
+        * a version newer than everything a retained snapshot pins: a write's commit whose
+          ``__manifest`` publish is a moment away (a version one writer committed is superseded
+          at once by a concurrent writer's, and the publish check of its files runs before the
+          commit);
+        * the version right before a commit that dropped fragments nobody published
+          (:data:`~lancepart.table_commit.DROPS_UNPUBLISHED`: a concurrent writer's commit on
+          the published version removes them): their writer puts the same files back when it
+          goes again on the newer ``__manifest``, and its file check can pass a moment before
+          this cleanup deletes them."""
         removable = _removable(versions, self.cutoff, keep)
-        top = max(keep, default=0)
-        if not removable or self.in_flight_cutoff >= self.cutoff or max(removable) <= top:
+        if not removable or self.in_flight_cutoff >= self.cutoff:
             return removable
+        top = max(keep, default=0)
         settled = set(_removable(versions, self.in_flight_cutoff, keep))
         kept = [v for v in removable if v > top and v not in settled]
         if kept:
             log.info("%s: versions %s are newer than every published one and younger than the retention floor "
                      "(a write may be publishing them); kept for a later cleanup", location, kept)
-        return [v for v in removable if v <= top or v in settled]
+        removable = [v for v in removable if v <= top or v in settled]
+        # only a cleanup shorter than the floor gets here with versions whose successor is young:
+        # one transaction read for each
+        ordered = sorted((int(v["version"]), _epoch(v)) for v in versions)
+        after = {v: (nxt, ts) for (v, _), (nxt, ts) in itertools.pairwise(ordered)}
+        before_drops = [v for v in removable if after[v][1] >= self.in_flight_cutoff
+                        and _drops_unpublished(ds, after[v][0])]
+        if before_drops:
+            log.info("%s: versions %s hold fragments a commit younger than the retention floor dropped unpublished "
+                     "(their write may be putting them back); kept for a later cleanup", location, before_drops)
+        return [v for v in removable if v not in before_drops]
 
     def clean_table(self, location: str) -> _Tally:
         tally = _Tally(tables=1)
@@ -608,7 +645,7 @@ class _Run:
                 tally.skip(location, f"({pins.object_id}): read_tag {sorted(missing)} does not exist; left untouched")
                 return tally
             keep = pinned_versions | {tags[t] for t in pinned_tags} | set(tags.values())
-            removable = [] if self.pins_unknown else self._removable_table_versions(ds.versions(), keep, location)
+            removable = [] if self.pins_unknown else self._removable_table_versions(ds, ds.versions(), keep, location)
             removable, gone = self._lance_cleanup(uri, ds, location, removable, tally)
             self._collect_files(uri, location, ds, removable, gone, tally)
         except (OSError, ValueError, RuntimeError, LancepartError) as e:

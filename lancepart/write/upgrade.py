@@ -90,14 +90,14 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
     beyond it are nobody's published work: restored past first); the version made, or None
     when a concurrent commit got in the way (go round again)."""
     from lancepart.manifest import is_commit_conflict
-    from lancepart.table_commit import rows_held
+    from lancepart.table_commit import DROPS_UNPUBLISHED, rows_held
 
     held = rows_held(lance.dataset(uri, version=published, storage_options=so))
     try:
         latest = lance.dataset(uri, storage_options=so)
         if latest.version != published:  # versions nobody published: start again from the published one
             lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
-                                      storage_options=so)
+                                      storage_options=so, commit_message=DROPS_UNPUBLISHED)
         version = _evolve_table(uri, so, namespace_md, schema)
     except (LanceCommitConflictError, OSError) as e:
         if isinstance(e, OSError) and not is_commit_conflict(e):
