@@ -1,0 +1,67 @@
+"""One Lance session per process.
+
+Every partition table an operation touches (and every table an executor process writes)
+shares one :class:`lance.Session`: its object-store clients (connection pools, credentials,
+the S3 client's region lookup) and its metadata caches (a version's manifest, a file's
+footer). Without it each ``lance.dataset`` / ``write_fragments`` / commit builds its own
+object-store client, which on an object store costs requests and TLS handshakes per table
+(docs/object-storage.md "Requests"). Caches are keyed by immutable things (a version's
+manifest file, a data file), so sharing them across operations and threads is safe; the
+latest version of a table is still looked up on every open without a version.
+
+Everything here is a thin veneer over pylance: the same arguments, plus ``session=``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import lance
+
+# the metadata cache is what a shared session is for (manifests, file footers); the index
+# cache only matters to reads with a vector or scalar index, which bring their own budget
+_METADATA_CACHE_BYTES = int(os.environ.get("LANCEPART_METADATA_CACHE_BYTES", str(256 << 20)))
+_INDEX_CACHE_BYTES = int(os.environ.get("LANCEPART_INDEX_CACHE_BYTES", str(1 << 30)))
+
+_lock = threading.Lock()
+_session: lance.Session | None = None
+_pid = 0
+
+
+def session() -> lance.Session:
+    """This process's Lance session (a new one in a forked child: Spark's Python workers fork)."""
+    global _session, _pid
+    if _session is None or _pid != os.getpid():
+        with _lock:
+            if _session is None or _pid != os.getpid():
+                _session = lance.Session(index_cache_size_bytes=_INDEX_CACHE_BYTES,
+                                         metadata_cache_size_bytes=_METADATA_CACHE_BYTES)
+                _pid = os.getpid()
+    return _session
+
+
+def _so(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
+    return dict(storage_options) if storage_options else None
+
+
+def open_table(uri: str, version: int | str | None = None, storage_options: Mapping[str, str] | None = None,
+               **kwargs: Any) -> lance.LanceDataset:
+    """``lance.dataset(uri, version=..., storage_options=...)`` on the shared session. A
+    ``version`` goes straight to that version's manifest (no listing of ``_versions/``)."""
+    return lance.dataset(uri, version=version, storage_options=_so(storage_options), session=session(), **kwargs)
+
+
+def write_fragments(data: Any, uri: str, *, storage_options: Mapping[str, str] | None = None,
+                    **kwargs: Any) -> list[Any]:
+    """``lance.fragment.write_fragments`` on the shared session."""
+    return lance.fragment.write_fragments(data, uri, storage_options=_so(storage_options), session=session(),
+                                          **kwargs)
+
+
+def write_dataset(data: Any, uri: str, *, storage_options: Mapping[str, str] | None = None,
+                  **kwargs: Any) -> lance.LanceDataset:
+    """``lance.write_dataset`` on the shared session."""
+    return lance.write_dataset(data, uri, storage_options=_so(storage_options), session=session(), **kwargs)
