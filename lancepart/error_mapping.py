@@ -68,6 +68,7 @@ from lancepart.errors import (
     StorageReadOnlyError,
     StorageUnavailableError,
 )
+from lancepart.lance_io import one_open_per_version, open_table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -239,9 +240,8 @@ def table_error(e: BaseException, root: str, object_id: str, location: str, *, v
     file = f.group(1) if f else None
     if file is None:
         try:
-            import lance
 
-            file = unreadable_file(lance.dataset(uri, version=version, storage_options=dict(storage_options or {})
+            file = unreadable_file(open_table(uri, version=version, storage_options=dict(storage_options or {})
                                                  or None))
         except (OSError, ValueError):
             file = None
@@ -447,7 +447,8 @@ def operation_errors(operation: str, root: str | None, *, publishes: bool = True
     """
     token = _COMMITS.set([]) if _COMMITS.get() is None else None
     try:
-        yield
+        with one_open_per_version():
+            yield
     except Exception as e:
         typed = operation_error(e, operation, root, publishes=publishes, commits=list(_COMMITS.get() or ()),
                                 outcome=outcome)

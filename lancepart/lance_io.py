@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import lance
@@ -25,6 +27,10 @@ import lance
 # cache only matters to reads with a vector or scalar index, which bring their own budget
 _METADATA_CACHE_BYTES = int(os.environ.get("LANCEPART_METADATA_CACHE_BYTES", str(256 << 20)))
 _INDEX_CACHE_BYTES = int(os.environ.get("LANCEPART_INDEX_CACHE_BYTES", str(1 << 30)))
+
+# tables opened at a known version by the running operation (see one_open_per_version)
+_opened: ContextVar[dict[tuple[str, int], lance.LanceDataset] | None] = ContextVar("lancepart_opened", default=None)
+_MAX_OPENED = 4096
 
 _lock = threading.Lock()
 _session: lance.Session | None = None
@@ -47,11 +53,39 @@ def _so(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
     return dict(storage_options) if storage_options else None
 
 
+@contextmanager
+def one_open_per_version() -> Iterator[None]:
+    """Within it (one operation: every public operation runs in one, see
+    :mod:`lancepart.error_mapping`), a table opened at a known version is opened once and the
+    same dataset is handed to every later :func:`open_table` of that version, on any thread of
+    :func:`lancepart.parallel.map_threads`: an open at a version costs a request even when
+    the session has its manifest. A version is immutable; what can change is whether it still
+    exists, which is asked with ``fresh=True``."""
+    if _opened.get() is not None:
+        yield
+        return
+    token = _opened.set({})
+    try:
+        yield
+    finally:
+        _opened.reset(token)
+
+
 def open_table(uri: str, version: int | str | None = None, storage_options: Mapping[str, str] | None = None,
-               **kwargs: Any) -> lance.LanceDataset:
+               *, fresh: bool = False, **kwargs: Any) -> lance.LanceDataset:
     """``lance.dataset(uri, version=..., storage_options=...)`` on the shared session. A
-    ``version`` goes straight to that version's manifest (no listing of ``_versions/``)."""
-    return lance.dataset(uri, version=version, storage_options=_so(storage_options), session=session(), **kwargs)
+    ``version`` goes straight to that version's manifest (no listing of ``_versions/``), and
+    is opened once per operation (:func:`one_open_per_version`) unless ``fresh``."""
+    opened = _opened.get()
+    if opened is None or fresh or kwargs or not isinstance(version, int):
+        return lance.dataset(uri, version=version, storage_options=_so(storage_options), session=session(), **kwargs)
+    key = (uri, version)
+    ds = opened.get(key)
+    if ds is None:
+        ds = lance.dataset(uri, version=version, storage_options=_so(storage_options), session=session())
+        if len(opened) < _MAX_OPENED:
+            opened[key] = ds
+    return ds
 
 
 def write_fragments(data: Any, uri: str, *, storage_options: Mapping[str, str] | None = None,

@@ -56,6 +56,7 @@ from lancepart.errors import (
     NamespaceNotFoundError,
     SnapshotExpiredError,
 )
+from lancepart.lance_io import open_table
 from lancepart.redact import register as register_secrets
 
 MANIFEST_DIR = "__manifest"
@@ -355,7 +356,7 @@ class Manifest:
     # ------------------------------------------------------------------ reading
     def dataset(self, version: int | None = None) -> lance.LanceDataset:
         try:
-            return lance.dataset(self.uri, version=version, storage_options=self.storage_options,
+            return open_table(self.uri, version=version, storage_options=self.storage_options,
                                  commit_lock=self.commit_lock)
         except (ValueError, OSError) as e:
             if (problem := storage_problem(e, self.root)) is not None:

@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 
 def table_sizes(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[int, int]:
     """``(bytes, versions)`` of one Lance table: every file under it, every version manifest."""
-    import lance
     import pyarrow.compute as pc
 
+    from lancepart.lance_io import open_table
+
     so = dict(storage_options) if storage_options else None
-    files = lance.dataset(uri, storage_options=so).all_files().read_all()
+    files = open_table(uri, storage_options=so).all_files().read_all()
     paths = files.column("path")
     versions = pc.sum(pc.and_(pc.starts_with(paths, "_versions/"), pc.ends_with(paths, ".manifest"))).as_py() or 0
     return int(pc.sum(files.column("size_bytes")).as_py() or 0), int(versions)

@@ -23,6 +23,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, FragmentsGoneError, SchemaChangedError
+from lancepart.lance_io import open_table
 from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, is_commit_conflict, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
@@ -81,8 +82,9 @@ def commit_table(
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
     base: set[Ident] = set()
+    published = None
     if not overwrite:
-        published = lance.dataset(uri, version=base_version, storage_options=so)
+        published = open_table(uri, version=base_version, storage_options=so)
         base = {_ident(f.metadata) for f in published.get_fragments()}
         check_fields(published, fragments, location)
     removed = {_ident(f) for f in remove}
@@ -98,7 +100,7 @@ def commit_table(
                                      new_fragments=[f for f in fragments if _ident(f) not in have])
 
     return commit_exactly(uri, base_version, base, wanted, update, so, f"partition table {location}",
-                          max_attempts=max_attempts)
+                          max_attempts=max_attempts, published=published)
 
 
 def _lance_field_ids(fields) -> set[int]:
@@ -144,27 +146,35 @@ def foreign_versions(ds: lance.LanceDataset, published: int) -> tuple[list[int],
 
 def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted: set[Ident],
                    update: Callable[[Mapping[Ident, int]], LanceOperation.BaseOperation],
-                   storage_options: Mapping[str, str] | None, what: str, *, max_attempts: int = 40) -> int:
+                   storage_options: Mapping[str, str] | None, what: str, *, max_attempts: int = 40,
+                   published: lance.LanceDataset | None = None) -> int:
     """The commit loop of every change to a partition table (a write, a compaction, a delete):
     on the latest version, restore ``base_version`` first if one of its fragments (``base``) is
     missing or altered there, then commit ``update(fragments of the latest version by ident)``;
     return the version made once its fragments are exactly ``wanted`` (Lance may rebase the
     commit over a concurrent one: then it is redone). :class:`CommitConflictError` naming
-    ``what`` after ``max_attempts``, with nothing of ours in a published version."""
+    ``what`` after ``max_attempts``, with nothing of ours in a published version.
+
+    ``published`` (``base_version`` already open, on the shared session) is where the first
+    attempt commits: the latest version is almost always the published one, and when it is
+    not, Lance rebases the commit over the newer ones and the result is not exact, so the
+    next attempt looks at the latest (one listing of ``_versions/`` saved per table)."""
     lock = commit_lock(uri, storage_options)  # None unless the store needs one (docs/object-storage.md)
     for attempt in range(max_attempts):
-        latest = lance.dataset(uri, storage_options=storage_options)
+        if attempt == 0 and published is not None and published.version == base_version:
+            latest = published
+        else:
+            latest = open_table(uri, storage_options=storage_options)
         have = {_ident(f.metadata): f.fragment_id for f in latest.get_fragments()}
         try:
             if not base <= set(have):
-                lance.LanceDataset.commit(uri, LanceOperation.Restore(base_version),
-                                          read_version=latest.version, storage_options=storage_options,
-                                          commit_lock=lock, commit_message=DROPS_UNPUBLISHED)
+                lance.LanceDataset.commit(latest, LanceOperation.Restore(base_version),
+                                          read_version=latest.version, commit_lock=lock,
+                                          commit_message=DROPS_UNPUBLISHED)
                 continue
             foreign = any(ident not in base and ident not in wanted for ident in have)
-            ours = lance.LanceDataset.commit(uri, update(have),
-                                             read_version=latest.version, storage_options=storage_options,
-                                             commit_lock=lock, commit_message=DROPS_UNPUBLISHED if foreign else None)
+            ours = lance.LanceDataset.commit(latest, update(have), read_version=latest.version, commit_lock=lock,
+                                             commit_message=DROPS_UNPUBLISHED if foreign else None)
         except (LanceCommitConflictError, OSError) as e:
             if not is_commit_conflict(e):  # Lance's own conflicts, also when it gave up retrying them
                 raise

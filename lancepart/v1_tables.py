@@ -48,12 +48,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import lance
 import pyarrow as pa
 from lance.file import LanceFileSession
 
 from lancepart import ids as _ids
 from lancepart.errors import ConfigError, CorruptNamespaceError
+from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri, normalize_root, rows_from_records
 
 V1_SUFFIX = ".lance"
@@ -251,7 +251,7 @@ def migrate(root: str | os.PathLike[str], storage_options: Mapping[str, str] | N
             continue
         _ids.check_location(t.location, t.name, root_s)
         try:
-            found[t.name] = (t.location, lance.dataset(join_uri(root_s, t.location), storage_options=so).version)
+            found[t.name] = (t.location, open_table(join_uri(root_s, t.location), storage_options=so).version)
         except (OSError, ValueError) as e:
             skipped[t.name] = f"not a readable Lance table: {type(e).__name__}: {str(e)[:200]}"
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 from lance import LanceOperation
 
 from lancepart.errors import CommitConflictError, InvalidArgumentError, SchemaMismatchError
+from lancepart.lance_io import open_table
 from lancepart.manifest import LanceCommitConflictError, backoff, is_commit_conflict
 from lancepart.table_commit import _ident, commit_exactly
 
@@ -226,9 +227,9 @@ class Maintain:
             else:
                 if any(i.name == d.name and list(i.field_names) != [d.column] for i in ds.describe_indices()):
                     ds.drop_index(d.name)  # a replaced declaration on another column: Lance will not replace it
-                    ds = lance.dataset(ds.uri, storage_options=self.storage_options)
+                    ds = open_table(ds.uri, storage_options=self.storage_options)
                 build(ds, d)
-            ds = lance.dataset(ds.uri, storage_options=self.storage_options)
+            ds = open_table(ds.uri, storage_options=self.storage_options)
 
 
 class Drop:
@@ -257,7 +258,7 @@ def apply_on_exact(uri: str, base_version: int, op: Maintain | Drop, storage_opt
     restored (:func:`commit_exactly`); the version made is checked, and the work redone when a
     concurrent commit slipped in between."""
     so = dict(storage_options) if storage_options else None
-    published = lance.dataset(uri, version=base_version, storage_options=so)
+    published = open_table(uri, version=base_version, storage_options=so)
     if not op.needed(published):
         return base_version
     base = {_ident(f.metadata) for f in published.get_fragments()}
@@ -266,9 +267,9 @@ def apply_on_exact(uri: str, base_version: int, op: Maintain | Drop, storage_opt
         return LanceOperation.Update(removed_fragment_ids=[fid for ident, fid in have.items() if ident not in base])
 
     for attempt in range(max_attempts):
-        latest = lance.dataset(uri, storage_options=so)
+        latest = open_table(uri, storage_options=so)
         if {_ident(f.metadata) for f in latest.get_fragments()} != base:
-            latest = lance.dataset(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
+            latest = open_table(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
                                    storage_options=so)
         if op.needed(latest):
             try:
@@ -278,12 +279,12 @@ def apply_on_exact(uri: str, base_version: int, op: Maintain | Drop, storage_opt
                     raise
                 backoff(attempt, 0.01, 1.0)  # a concurrent table commit won: go round on the new latest
                 continue
-            latest = lance.dataset(uri, storage_options=so)
+            latest = open_table(uri, storage_options=so)
             if {_ident(f.metadata) for f in latest.get_fragments()} != base:
                 # a writer's table commit landed beside ours: take its (unpublished) fragments out
                 # again with a cheap commit rather than building the index again, which a writer
                 # committing faster than the build takes could starve
-                latest = lance.dataset(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
+                latest = open_table(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
                                        storage_options=so)
         if {_ident(f.metadata) for f in latest.get_fragments()} == base and not op.needed(latest):
             return latest.version

@@ -147,6 +147,7 @@ from lancepart.errors import (
     UnsafeRetentionError,
 )
 from lancepart.ids import check_location
+from lancepart.lance_io import open_table
 from lancepart.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri, normalize_root
 from lancepart.parallel import map_threads
 from lancepart.repair import ensure_intact
@@ -518,7 +519,7 @@ class _Run:
                 done += vs
                 self._count_versions(stats, tally)
             try:  # report what really went, not what was asked for
-                left = set(done) & {int(v["version"]) for v in lance.dataset(uri, storage_options=self.so).versions()}
+                left = set(done) & {int(v["version"]) for v in open_table(uri, storage_options=self.so).versions()}
             except (OSError, ValueError, RuntimeError):
                 left = set()
             for v in sorted(left):
@@ -537,7 +538,7 @@ class _Run:
     def _still_unreferenced(self, uri: str, path: str, state: dict[str, Any]) -> bool:
         """Right before a delete: no version committed since ``state["seen"]`` references
         ``path``, and (local stores) the file was not modified after the cut-off."""
-        latest = lance.dataset(uri, storage_options=self.so)
+        latest = open_table(uri, storage_options=self.so)
         if latest.version > state["seen"]:
             late = latest.tracked_files(min_version=state["seen"] + 1).read_all()
             paths, dirs = _referenced(late)
@@ -567,7 +568,7 @@ class _Run:
                 tracked = tracked.filter(mask)
             files = ds.all_files().read_all()
         else:
-            ds = lance.dataset(uri, storage_options=self.so)
+            ds = open_table(uri, storage_options=self.so)
             seen = ds.version
             files = ds.all_files().read_all()
             tracked = ds.tracked_files().read_all()
@@ -633,7 +634,7 @@ class _Run:
         tally = _Tally(tables=1)
         uri = join_uri(self.root, location)
         try:
-            ds = lance.dataset(uri, storage_options=self.so)
+            ds = open_table(uri, storage_options=self.so)
             tags = _tag_versions(ds)
             if not self.dry_run:
                 self._refresh_pins()  # race 1 of the module docstring
@@ -687,7 +688,7 @@ class _Run:
                     out.append((os.path.relpath(os.path.join(d, n), base), st.st_size, st.st_mtime))
             return out, None
         try:
-            files = lance.dataset(uri, storage_options=self.so).all_files().read_all()
+            files = open_table(uri, storage_options=self.so).all_files().read_all()
         except (OSError, ValueError):
             if not LanceFileSession(uri, storage_options=self.so).list():
                 return [], None  # no object at all: a prefix some stores list after its objects went

@@ -47,6 +47,7 @@ from lancepart.error_mapping import typed_error
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
 from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations, index_state
+from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
@@ -276,7 +277,7 @@ def rewrite_table(root: str, plan: TablePlan, storage_options: Mapping[str, str]
     """
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(plan.location, plan.object_id, root))
-    ds = lance.dataset(uri, version=plan.read_version, storage_options=so)
+    ds = open_table(uri, version=plan.read_version, storage_options=so)
     removed: list[FragmentMetadata] = []
     added: list[FragmentMetadata] = []
     for text in plan.tasks:
@@ -338,7 +339,7 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         uri = join_uri(manifest.root, location)
         if published != rw.read_version:  # a writer published since the plan: rebase onto its version
             rebased.add(rw.object_id)
-            ds = lance.dataset(uri, version=published, storage_options=manifest.storage_options)
+            ds = open_table(uri, version=published, storage_options=manifest.storage_options)
             base = FragmentStats.of([f.metadata for f in ds.get_fragments()])
         try:
             version = commit_table(manifest.root, location, published, rw.added, remove=rw.removed,
@@ -351,7 +352,7 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
                 version = apply_on_exact(uri, version, Maintain(decls, storage_options=manifest.storage_options),
                                          manifest.storage_options, f"partition table {location} (index)")
             except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
-                compacted = lance.dataset(uri, version=version, storage_options=manifest.storage_options)
+                compacted = open_table(uri, version=version, storage_options=manifest.storage_options)
                 if any(index_state(compacted, d) == "stale" for d in decls):  # it would name rewritten fragments
                     raise LeaveOut(f"its declared indexes could not be rebuilt on the compacted version "
                                    f"({type(e).__name__}: {e}); left uncompacted", failure=True) from e

@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import lance
-
 from lancepart.errors import CommitConflictError, InvalidArgumentError
 from lancepart.ids import check_location
 from lancepart.index import (
@@ -36,6 +34,7 @@ from lancepart.index import (
     declarations,
     make_declaration,
 )
+from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
@@ -72,7 +71,7 @@ def index_table(root: str, object_id: str, location: str, base: int, op_json: st
         decls = [IndexDeclaration(d["name"], d["column"], d["index_type"], d["params"], d["min_rows"])
                  for d in spec["decls"]]
         op = Maintain(decls, rebuild=spec["rebuild"], storage_options=so,
-                      base=lance.dataset(uri, version=base, storage_options=so) if spec["rebuild"] else None)
+                      base=open_table(uri, version=base, storage_options=so) if spec["rebuild"] else None)
     return apply_on_exact(uri, base, op, so, f"partition table {location} (index)")
 
 
@@ -215,7 +214,7 @@ def coverage(root: str, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration
 
     def one(r: dict[str, Any]) -> tuple[str, int, set[str]]:
         uri = join_uri(root, check_location(r["location"], r["object_id"], root))
-        ds = lance.dataset(uri, version=r["read_version"], storage_options=so)
+        ds = open_table(uri, version=r["read_version"], storage_options=so)
         return r["object_id"], ds.count_rows(), {i.name for i in ds.describe_indices()}
 
     seen = map_threads(one, rows) if decls and rows else []

@@ -41,7 +41,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
@@ -50,6 +49,7 @@ from lancepart import faults
 from lancepart import ids as _ids
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
 from lancepart.history import retained_versions, snapshot_at
+from lancepart.lance_io import open_table
 from lancepart.maintenance.drop import _without
 from lancepart.manifest import ManifestSnapshot, is_not_found, join_uri, set_read_versions
 from lancepart.parallel import map_threads
@@ -103,7 +103,7 @@ def _table_content(root: str, location: str, version: int, storage_options: Mapp
     """What a reader of version ``version`` of the table at ``location`` reads: its fragments (data
     and deletion files) and its schema; None when that version cannot be opened."""
     try:
-        ds = lance.dataset(join_uri(root, location), version=version,
+        ds = open_table(join_uri(root, location), version=version,
                            storage_options=dict(storage_options) if storage_options else None)
     except (OSError, ValueError):
         return None
@@ -116,7 +116,7 @@ def restore_table(root: str, location: str, version: int, storage_options: Mappi
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
     try:
-        old = lance.dataset(uri, version=version, storage_options=so)
+        old = open_table(uri, version=version, storage_options=so)
     except (OSError, ValueError) as e:
         if is_not_found(e):
             raise SnapshotExpiredError(f"partition table {location} version {version} is gone (a cleanup removed it); "

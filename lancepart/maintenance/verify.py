@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 from lancepart.errors import LancepartError, UnsafeLocationError
 from lancepart.ids import SPEC_KEY_PREFIX, check_location
 from lancepart.index import IndexDeclaration, declarations, index_state
+from lancepart.lance_io import open_table
 from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo, Problem, VerifyReport
@@ -172,7 +173,7 @@ def _open(root: str, info: PartitionInfo, so: Mapping[str, str] | None) -> lance
 
     if info.read_version is None and info.read_branch is None and info.read_tag is None:
         try:
-            return lance.dataset(join_uri(root, info.location), storage_options=dict(so) if so else None)
+            return open_table(join_uri(root, info.location), storage_options=dict(so) if so else None)
         except (OSError, ValueError) as e:
             if is_not_found(e):
                 return None
@@ -262,7 +263,7 @@ def check_unpublished(root: str, info: PartitionInfo, so: Mapping[str, str] | No
     (:func:`~lancepart.table_commit.foreign_versions`)."""
     from lancepart.table_commit import foreign_versions
 
-    latest = lance.dataset(join_uri(root, info.location), storage_options=dict(so) if so else None)
+    latest = open_table(join_uri(root, info.location), storage_options=dict(so) if so else None)
     if latest.version <= (info.read_version or 0):
         return []
     versions, rows = foreign_versions(latest, info.read_version or 0)

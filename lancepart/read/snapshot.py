@@ -23,6 +23,7 @@ import pyarrow as pa
 from lancepart.error_mapping import storage_errors, typed_error, unreadable_file
 from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
+from lancepart.lance_io import open_table
 from lancepart.manifest import is_not_found, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
@@ -40,10 +41,10 @@ def open_partition(root: str, info: PartitionInfo, storage_options: Mapping[str,
     uri = join_uri(root, check_location(info.location, info.object_id, root))
     try:
         if info.read_tag is not None:
-            return lance.dataset(uri, version=info.read_tag, storage_options=so)
+            return open_table(uri, version=info.read_tag, storage_options=so)
         if info.read_branch is not None:
-            return lance.dataset(uri, storage_options=so).checkout_version((info.read_branch, info.read_version))
-        return lance.dataset(uri, version=info.read_version, storage_options=so)
+            return open_table(uri, storage_options=so).checkout_version((info.read_branch, info.read_version))
+        return open_table(uri, version=info.read_version, storage_options=so)
     except (OSError, ValueError) as e:
         typed = typed_error(e, uri, table=info.object_id)
         if typed is not None:

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 
 from lancepart.durations import parse_duration
 from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
+from lancepart.lance_io import open_table
 from lancepart.manifest import (
     Manifest,
     ManifestChanges,
@@ -195,7 +196,7 @@ def index_uri(manifest: Manifest) -> str:
 def _open_index(manifest: Manifest) -> lance.LanceDataset | None:
     uri = index_uri(manifest)
     try:
-        return lance.dataset(uri, storage_options=manifest.storage_options,
+        return open_table(uri, storage_options=manifest.storage_options,
                              commit_lock=commit_lock(uri, manifest.storage_options))
     except ValueError as e:
         if is_not_found(e):

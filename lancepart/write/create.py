@@ -31,6 +31,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata, LanceFragment
 
 from lancepart import ids as _ids
+from lancepart import lance_io
 from lancepart.errors import LancepartError
 from lancepart.manifest import Manifest, ManifestConflict, ManifestSnapshot, commit_lock, join_uri
 from lancepart.parallel import map_threads
@@ -77,8 +78,9 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     target = table_schema(schema)
     # Lance keeps the schema metadata of the data, not of ``schema=``: the field-id record must
     # travel with the rows, or the table is read by the names of the oldest schema
-    ds = lance.write_dataset(data.replace_schema_metadata(target.metadata), uri, schema=target, mode="create",
-                             max_rows_per_file=max_rows_per_file, storage_options=so, commit_lock=commit_lock(uri, so))
+    ds = lance_io.write_dataset(data.replace_schema_metadata(target.metadata), uri, schema=target, mode="create",
+                                max_rows_per_file=max_rows_per_file, storage_options=so,
+                                commit_lock=commit_lock(uri, so))
     return [f.metadata for f in ds.get_fragments()], ds.version
 
 
@@ -140,7 +142,7 @@ def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Se
         w, ref = item
         from lancepart.write.upgrade import append_fragments
 
-        ours = lance.dataset(join_uri(manifest.root, w.location), version=w.created, storage_options=so)
+        ours = lance_io.open_table(join_uri(manifest.root, w.location), version=w.created, storage_options=so)
         rows = ours.to_table().select(schema.names).cast(schema)
         return append_fragments(manifest, ref.object_id, ref.location, rows, schema, published=ref.read_version)
 

@@ -25,6 +25,7 @@ from lancepart.errors import (
     LancepartError,
 )
 from lancepart.ids import check_location
+from lancepart.lance_io import open_table
 from lancepart.manifest import (
     join_uri,
 )
@@ -124,8 +125,8 @@ def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMeta
     fragment missing or altered in the latest version is restored first, foreign fragments are
     removed, and the version made is checked to be exactly that."""
     so = dict(storage_options) if storage_options else None
-    base = {_ident(f.metadata): f.fragment_id for f in lance.dataset(uri, version=base_version,
-                                                                      storage_options=so).get_fragments()}
+    published = open_table(uri, version=base_version, storage_options=so)
+    base = {_ident(f.metadata): f.fragment_id for f in published.get_fragments()}
     changed = {f.id for f in updated} | set(removed_ids)
     wanted = {ident for ident, fid in base.items() if fid not in changed} | {_ident(f) for f in updated}
 
@@ -135,7 +136,7 @@ def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMeta
         return LanceOperation.Update(removed_fragment_ids=remove, updated_fragments=list(updated))
 
     return commit_exactly(uri, base_version, set(base), wanted, update, so, f"partition table {uri} (delete)",
-                          max_attempts=max_attempts)
+                          max_attempts=max_attempts, published=published)
 
 
 def delete_in_table(root: str, object_id: str, location: str, base: int, schema: pa.Schema, filter: str,
@@ -146,7 +147,7 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
     row matches (:func:`entire_tables`); every fragment goes without reading a row."""
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(location, object_id, root))
-    ds = lance.dataset(uri, version=base, storage_options=so)
+    ds = open_table(uri, version=base, storage_options=so)
     if whole:
         fragments = ds.get_fragments()
         rows = sum(f.count_rows() for f in fragments)  # from the fragment metadata

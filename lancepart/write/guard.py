@@ -24,12 +24,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import lance
 from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata
 
 from lancepart.error_mapping import table_error
 from lancepart.errors import DataFilesMissingError
+from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestConflict, is_not_found, join_uri
 from lancepart.parallel import map_threads
 
@@ -44,11 +44,25 @@ def check_files_present(
     root: str,
     tables: Sequence[tuple[str, str, int | None, Sequence[FragmentMetadata]]],
     storage_options: Mapping[str, str] | None = None,
+    *,
+    versions: bool = True,
 ) -> None:
     """Raise :class:`DataFilesMissingError` unless, for each ``(object_id, location, version,
-    fragments)``, ``version`` of the table still exists (``None``: a table this write created) and
-    every data file of ``fragments`` is on storage. Nothing is published yet when this runs, so
-    nothing is.
+    fragments)``, ``version`` of the table still exists (``None``: a table this write created;
+    not asked when ``versions`` is false) and every data file of ``fragments`` is on storage.
+    Nothing is published yet when this runs, so nothing is.
+
+    What needs no asking (docs/retention.md):
+
+    * a table this write created: its directory is referenced by no ``__manifest`` version
+      until this write publishes it, and cleanup leaves such a directory, files and all, for
+      the retention floor;
+    * with ``versions=False`` (the first ``__manifest`` commit attempt, on the snapshot the
+      versions were committed against), the versions: each is newer than every version a
+      retained snapshot pins, which cleanup leaves for the floor; a cleanup may remove one
+      only after a newer ``__manifest`` pins a newer version of that table, and then this
+      commit, conditional on its snapshot being the latest, fails and goes again with the
+      versions asked for.
 
     >>> # check_files_present(root, [("v1$...$dataset", "3f9a0c1e_v1$...$dataset", 5, frags)])
     """
@@ -56,17 +70,15 @@ def check_files_present(
 
     def version_gone(item: tuple[str, str, int | None, Sequence[FragmentMetadata]]) -> bool:
         try:
-            lance.dataset(join_uri(root, item[1]), version=item[2], storage_options=so)
+            open_table(join_uri(root, item[1]), version=item[2], storage_options=so, fresh=True)
         except (OSError, ValueError, RuntimeError) as e:
             if not is_not_found(e):
                 raise
             return True
         return False
 
-    # a table this write created (version None) is its directory's only version, younger than the
-    # floor that keeps cleanup away from it: only removing the whole directory could take it, and
-    # that takes its data files, checked below
-    versioned = [t for t in tables if t[2] is not None]
+    tables = [t for t in tables if t[2] is not None]  # not the tables this write created
+    versioned = tables if versions else []
     for (oid, location, version, _), gone in zip(versioned, map_threads(version_gone, versioned), strict=True):
         if gone:
             raise DataFilesMissingError(

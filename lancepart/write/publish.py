@@ -199,7 +199,7 @@ def publish_changes(
     left_out: dict[str, str] = {}  # never published again: a rewrite's fragments do not come back
     failures: dict[str, str] = {}
     indexed: dict[str, int] = {}
-    state: dict[str, Any] = {"skipped": None, "created": 0, "commit_tables_s": 0.0}
+    state: dict[str, Any] = {"skipped": None, "created": 0, "commit_tables_s": 0.0, "attempts": 0}
     planned = None if callable(changes) else list(changes)
     if planned is not None:
         by_oid.update(_by_object_id(planned))
@@ -219,6 +219,7 @@ def publish_changes(
         return made
 
     def mutate(snap: ManifestSnapshot):
+        state["attempts"] += 1
         state["skipped"] = None
         if batch_id is not None and (found := batches.find_batch(manifest, batch_id, snap)) is not None:
             state["skipped"] = found
@@ -269,7 +270,8 @@ def publish_changes(
         new = [c for c in by_oid.values() if c.created is not None]
         check_files_present(manifest.root, [(m.object_id, location[m.object_id], m.version,
                                              by_oid[m.object_id].fragments) for m in changed]
-                            + [(c.object_id, c.location, None, c.fragments) for c in new], manifest.storage_options)
+                            + [(c.object_id, c.location, None, c.fragments) for c in new], manifest.storage_options,
+                            versions=state["attempts"] > 1)
         state["commit_tables_s"] += time.monotonic() - t
         if not changed and added is None and batch_id is None:
             return None, []

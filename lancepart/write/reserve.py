@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from lancepart import ids as _ids
 from lancepart.errors import CorruptTableError
+from lancepart.lance_io import open_table
 from lancepart.manifest import (
     LOOKUP_LIMIT,
     Manifest,
@@ -349,7 +350,7 @@ def _pin_declared(manifest: Manifest, snap: ManifestSnapshot, oids: set[str], sc
 def table_exists(root: str, location: str, storage_options: Mapping[str, str] | None) -> bool:
     """Whether a Lance table exists at ``location`` (its directory holds a version)."""
     try:
-        lance.dataset(join_uri(root, location), storage_options=dict(storage_options) if storage_options else None)
+        open_table(join_uri(root, location), storage_options=dict(storage_options) if storage_options else None)
     except ValueError as e:
         if is_not_found(e):
             return False

@@ -18,6 +18,7 @@ import pyarrow as pa
 from lance import LanceOperation
 
 from lancepart.errors import CommitConflictError, SchemaChangedError
+from lancepart.lance_io import open_table
 from lancepart.manifest import LanceCommitConflictError, Manifest, backoff
 from lancepart.schema_evolution import (
     MAX_FIELD_ID_KEY,
@@ -57,14 +58,14 @@ def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa
     uri = join_uri(manifest.root, location)
     last: BaseException | None = None
     for attempt in range(max_attempts):
-        ds = lance.dataset(uri, version=published, storage_options=so)
+        ds = open_table(uri, version=published, storage_options=so)
         md: Mapping[str, str] = {}
         if TABLE_FIELD_IDS_KEY not in (ds.schema.metadata or {}):
             md = manifest.dataset().metadata
         target = schema
         if not is_current(ds.schema, md, schema):
             _, target, version = upgrade_table(manifest, object_id, location)
-            ds = lance.dataset(uri, version=version, storage_options=so)
+            ds = open_table(uri, version=version, storage_options=so)
         out = rows if target.equals(schema, check_metadata=True) else rows_as(rows, schema, target)
         try:
             return lance.fragment.write_fragments(out, ds, max_rows_per_file=max_rows_per_file, storage_options=so)
@@ -92,9 +93,9 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
     from lancepart.manifest import is_commit_conflict
     from lancepart.table_commit import DROPS_UNPUBLISHED, rows_held
 
-    held = rows_held(lance.dataset(uri, version=published, storage_options=so))
+    held = rows_held(open_table(uri, version=published, storage_options=so))
     try:
-        latest = lance.dataset(uri, storage_options=so)
+        latest = open_table(uri, storage_options=so)
         if latest.version != published:  # versions nobody published: start again from the published one
             lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
                                       storage_options=so, commit_message=DROPS_UNPUBLISHED)
@@ -103,7 +104,7 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
         if isinstance(e, OSError) and not is_commit_conflict(e):
             raise
         return None
-    if rows_held(lance.dataset(uri, version=version, storage_options=so)) != held:
+    if rows_held(open_table(uri, version=version, storage_options=so)) != held:
         return None  # a concurrent commit's fragments or deletions got in: redo from the published version
     return version
 
@@ -158,7 +159,7 @@ def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max
         uri = join_uri(manifest.root, location)
         published = row["read_version"]
         try:
-            if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
+            if is_current(open_table(uri, version=published, storage_options=so).schema, md, schema):
                 return None
         except (OSError, ValueError):  # a table that cannot be opened: left out, its own upgrade names it
             return None
@@ -196,7 +197,7 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
         published = row["read_version"]
         md = snap.metadata
         schema = schema_from_json(md[SCHEMA_KEY])
-        if is_current(lance.dataset(uri, version=published, storage_options=so).schema, md, schema):
+        if is_current(open_table(uri, version=published, storage_options=so).schema, md, schema):
             return None, schema, published
         version = _evolve_on_published(uri, so, published, md, schema)
         if version is not None and _publish_upgrades(manifest, {object_id: (published, version)}, md[SCHEMA_KEY],
@@ -211,14 +212,14 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
 def _evolve_table(uri: str, so: dict[str, str] | None, namespace_md: Mapping[str, str], schema: pa.Schema) -> int:
     """The Lance schema evolution commits that make the latest version of the table at ``uri``
     match ``schema``; the version made."""
-    ds = lance.dataset(uri, storage_options=so)
+    ds = open_table(uri, storage_options=so)
     ids = table_field_ids(ds.schema, namespace_md, schema)
     by_id = {fid: n for n, fid in ids.items()}
     wanted = {field_id_of(f): f for f in schema}
     gone = [n for n in ds.schema.names if ids.get(n) not in wanted]
     if gone:
         ds.drop_columns(gone)
-        ds = lance.dataset(uri, storage_options=so)
+        ds = open_table(uri, storage_options=so)
     alters = []
     for fid, f in wanted.items():
         name = by_id.get(fid)
@@ -234,16 +235,16 @@ def _evolve_table(uri: str, so: dict[str, str] | None, namespace_md: Mapping[str
     if alters:
         # a rename to a name a dropped column had is fine: drops went first
         ds.alter_columns(*alters)
-        ds = lance.dataset(uri, storage_options=so)
+        ds = open_table(uri, storage_options=so)
     missing = [f.with_metadata(None) for fid, f in wanted.items() if fid not in by_id]
     if missing:
         ds.add_columns(missing)
-        ds = lance.dataset(uri, storage_options=so)
+        ds = open_table(uri, storage_options=so)
     md = dict(ds.schema.metadata or {})
     md[TABLE_FIELD_IDS_KEY] = table_schema(schema).metadata[TABLE_FIELD_IDS_KEY]
     ds.update_schema_metadata({k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
                                for k, v in md.items()}, replace=True)
-    ds = lance.dataset(uri, storage_options=so)
+    ds = open_table(uri, storage_options=so)
     if ds.schema.names != schema.names:  # column order: Lance appends added columns
         log.debug("table %s column order %s differs from the namespace schema's %s", uri, ds.schema.names,
                   schema.names)
