@@ -56,11 +56,13 @@ def _so(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
 @contextmanager
 def one_open_per_version() -> Iterator[None]:
     """Within it (one operation: every public operation runs in one, see
-    :mod:`lancepart.error_mapping`), a table opened at a known version is opened once and the
-    same dataset is handed to every later :func:`open_table` of that version, on any thread of
-    :func:`lancepart.parallel.map_threads`: an open at a version costs a request even when
-    the session has its manifest. A version is immutable; what can change is whether it still
-    exists, which is asked with ``fresh=True``."""
+    :mod:`lancepart.error_mapping`), a table opened at a known version with ``reuse=True`` is
+    opened once and the same dataset is handed to every later such :func:`open_table` of that
+    version, on any thread of :func:`lancepart.parallel.map_threads`: an open at a version costs
+    a request even when
+    the session has its manifest (callers ask for it with ``reuse=True``). A version is
+    immutable; what can change is whether it still exists, which a caller asking that opens
+    without ``reuse``."""
     if _opened.get() is not None:
         yield
         return
@@ -72,12 +74,17 @@ def one_open_per_version() -> Iterator[None]:
 
 
 def open_table(uri: str, version: int | str | None = None, storage_options: Mapping[str, str] | None = None,
-               *, fresh: bool = False, **kwargs: Any) -> lance.LanceDataset:
+               *, reuse: bool = False, **kwargs: Any) -> lance.LanceDataset:
     """``lance.dataset(uri, version=..., storage_options=...)`` on the shared session. A
-    ``version`` goes straight to that version's manifest (no listing of ``_versions/``), and
-    is opened once per operation (:func:`one_open_per_version`) unless ``fresh``."""
+    ``version`` goes straight to that version's manifest (no listing of ``_versions/``).
+
+    ``reuse``: inside :func:`one_open_per_version`, hand out the dataset this operation
+    already opened at that version. Only for a caller that reads it, writes fragments against
+    it or commits on top of it (a new dataset comes back); never for one that calls a method
+    moving the dataset itself to a new version (``add_columns``, ``create_index``,
+    ``optimize``...), which would move it under every other holder."""
     opened = _opened.get()
-    if opened is None or fresh or kwargs or not isinstance(version, int):
+    if opened is None or not reuse or kwargs or not isinstance(version, int):
         return lance.dataset(uri, version=version, storage_options=_so(storage_options), session=session(), **kwargs)
     key = (uri, version)
     ds = opened.get(key)

@@ -16,6 +16,7 @@ exactly ``published âˆª ours`` (append), ``ours`` (overwrite) or ``(published âˆ
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import lance
@@ -84,7 +85,7 @@ def commit_table(
     base: set[Ident] = set()
     published = None
     if not overwrite:
-        published = open_table(uri, version=base_version, storage_options=so)
+        published = open_table(uri, version=base_version, storage_options=so, reuse=True)
         base = {_ident(f.metadata) for f in published.get_fragments()}
         check_fields(published, fragments, location)
     removed = {_ident(f) for f in remove}
@@ -165,10 +166,19 @@ def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted:
             latest = published
         else:
             latest = open_table(uri, storage_options=storage_options)
-        have = {_ident(f.metadata): f.fragment_id for f in latest.get_fragments()}
+        fragments = latest.get_fragments()
+        have = {_ident(f.metadata): f.fragment_id for f in fragments}
         try:
             if not base <= set(have):
                 lance.LanceDataset.commit(latest, LanceOperation.Restore(base_version),
+                                          read_version=latest.version, commit_lock=lock,
+                                          commit_message=DROPS_UNPUBLISHED)
+                continue
+            if len(have) < len(fragments):
+                # a fragment twice (a rebased commit added ours again): keep the first of each
+                seen: set[Ident] = set()
+                twice = [f.fragment_id for f in fragments if _ident(f.metadata) in seen or seen.add(_ident(f.metadata))]
+                lance.LanceDataset.commit(latest, LanceOperation.Update(removed_fragment_ids=twice),
                                           read_version=latest.version, commit_lock=lock,
                                           commit_message=DROPS_UNPUBLISHED)
                 continue
@@ -180,7 +190,9 @@ def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted:
                 raise
             backoff(attempt, 0.01, 1.0)
             continue
-        if {_ident(f.metadata) for f in ours.get_fragments()} == wanted:
+        # exactly: each wanted fragment once (Lance's rebase of a commit made on an older version
+        # can add a fragment the newer one already holds: a set would not see it twice)
+        if Counter(_ident(f.metadata) for f in ours.get_fragments()) == Counter(wanted):
             return ours.version
         backoff(attempt, 0.01, 1.0)
     raise CommitConflictError(f"{what}: {max_attempts} commits conflicted; nothing published")

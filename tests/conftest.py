@@ -163,6 +163,28 @@ def expected_keys(data: pa.Table) -> list[tuple]:
 
 
 @pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """One SeaweedFS server (master, volume, filer, S3 gateway; tests/seaweedfs_server.py) for
+    the whole run; skipped with the reason if the ``weed`` binary is missing or does not come up."""
+    import logging
+    import time
+
+    from tests.seaweedfs_server import SeaweedUnavailable, seaweedfs_s3
+
+    started = time.monotonic()
+    server_cm = seaweedfs_s3(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server = server_cm.__enter__()
+    except SeaweedUnavailable as e:
+        pytest.skip(f"SeaweedFS unavailable: {e}")
+    logging.getLogger(__name__).info("SeaweedFS ready in %.1f s at %s", time.monotonic() - started, server.endpoint)
+    try:
+        yield server
+    finally:
+        server_cm.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
 def spark():
     """A real Spark session on local[2] (Java 17), shared by the whole run."""
     import os

@@ -452,3 +452,25 @@ def test_repair_commit_never_overwrites_a_concurrent_commit(two_days):
     report = repair_root(root)
     assert set(report.rows_carried_over) == {"foreign_ns", "late"}
     assert len(PartitionedNamespace.open(root).to_table()) == 4
+
+
+def test_table_commit_never_adds_a_fragment_the_latest_version_already_holds(tmp_path):
+    """A table commit is made on the published version it already opened (no listing first);
+    when a newer, unpublished version already holds the same fragment (a rebased commit of a
+    concurrent writer took it in), Lance's rebase of the commit adds it a second time. The
+    commit must see that (fragments compared as a multiset, each exactly once) and end with
+    every row once; comparing sets let a version with the fragment twice through, and the
+    write published its rows twice (found by tests/test_seams.py's mixed load)."""
+    from lancepart.lance_io import write_fragments
+    from lancepart.table_commit import commit_table
+
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"id": pa.array(range(10), pa.int64())}), uri)
+    ours = write_fragments(pa.table({"id": pa.array(range(10, 15), pa.int64())}), uri)
+    # someone's commit on the latest version took our fragment in
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Append(ours), read_version=1)
+    version = commit_table(str(tmp_path), "t", 1, ours)
+    made = lance.dataset(uri, version=version)
+    ids = sorted(made.to_table().column("id").to_pylist())
+    assert ids == list(range(15)), f"rows of version {version}: {ids}"
+    assert len(made.get_fragments()) == 2

@@ -36,26 +36,8 @@ from lancepart.manifest import COMMIT_LOCK_DIR_OPTION, Manifest, join_uri
 from lancepart.sample import demo_events
 from tests.conftest import EVENTS_SPEC, assert_read_versions_only_increase, expected_keys
 from tests.s3_server import ACCESS_KEY, REGION, S3Server, moto_s3
-from tests.seaweedfs_server import SeaweedUnavailable, seaweedfs_s3
 
 HERE = Path(__file__).resolve().parent
-
-
-@pytest.fixture(scope="session")
-def seaweedfs(tmp_path_factory) -> S3Server:
-    """One SeaweedFS server (master, volume, filer, S3 gateway) for the whole run; skipped with
-    the reason if the ``weed`` binary is missing or does not come up."""
-    started = time.monotonic()
-    server_cm = seaweedfs_s3(tmp_path_factory.mktemp("seaweedfs"))
-    try:
-        server = server_cm.__enter__()
-    except SeaweedUnavailable as e:
-        pytest.skip(f"SeaweedFS unavailable: {e}")
-    logging.getLogger(__name__).info("SeaweedFS ready in %.1f s at %s", time.monotonic() - started, server.endpoint)
-    try:
-        yield server
-    finally:
-        server_cm.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module", params=["moto", "seaweedfs"])

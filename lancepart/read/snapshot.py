@@ -14,6 +14,7 @@ says, whichever engine scans.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 
 import datafusion
@@ -86,19 +87,34 @@ def scan_table(ds: lance.LanceDataset, columns: Sequence[str] | None, scan_filte
     return ds.to_table(columns=cols)
 
 
+_contexts = threading.local()  # one DataFusion context per thread, for apply_filter
+
+
+def _filter_context() -> datafusion.SessionContext:
+    """This thread's DataFusion context with lancepart's UDFs (made once: a new context and its
+    UDFs cost about as much as filtering a table of a few thousand rows)."""
+    ctx = getattr(_contexts, "ctx", None)
+    if ctx is None:
+        from lancepart.datafusion_udfs import register_udfs
+
+        ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
+        register_udfs(ctx)
+        _contexts.ctx = ctx
+    return ctx
+
+
 def apply_filter(table: pa.Table, filter: str) -> pa.Table:
     """The rows of ``table`` for which ``filter`` is TRUE, evaluated by DataFusion (row order kept).
     The filter is parsed as one expression over the table's columns, never spliced into a query:
     text that is not a single expression (``TRUE UNION SELECT ...``, ``a) OR (b``) is refused."""
-    from lancepart.datafusion_udfs import register_udfs
-
-    ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
-    register_udfs(ctx)
+    ctx = _filter_context()
     ctx.register_record_batches("t", [table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]])
     try:
         out = ctx.table("t").filter(filter).to_arrow_table()
     except Exception as e:  # DataFusion raises plain Exception
         raise InvalidArgumentError(f"filter {filter!r} failed on the scanned rows (DataFusion: {e})") from None
+    finally:
+        ctx.deregister_table("t")
     return out.cast(table.schema) if out.num_rows else table.schema.empty_table()
 
 

@@ -36,6 +36,7 @@ import pyarrow as pa
 from lancepart import faults
 from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
+from lancepart.errors import InvalidArgumentError
 from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.namespace import PartitionedNamespace
@@ -85,50 +86,59 @@ def _ipc(table: pa.Table) -> bytes:
 
 
 def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mapping[str, str], job_id: str,
-                storage_options: Mapping[str, str] | None, flush_rows: int, max_rows_per_file: int):
-    """The executor function: Arrow batches in, one row per written partition group out."""
+                storage_options: Mapping[str, str] | None, flush_rows: int, max_rows_per_file: int,
+                write_threads: int = 8):
+    """The executor function: Arrow batches in, one row per written partition group out. The
+    partition groups of a flush are written ``write_threads`` at a time (Lance writes without
+    the GIL; on an object store each group is a few round trips), all on the process's one
+    Lance session."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from lancepart.error_mapping import storage_errors
+        from lancepart.manifest import Manifest
+        from lancepart.parallel import map_threads
         from lancepart.spec import PartitionSpec
         from lancepart.write.create import write_new_fragments
         from lancepart.write.plan import conform, group_rows, partition_values
+        from lancepart.write.upgrade import append_fragments
 
         spec = PartitionSpec.from_json(spec_json)
         schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
         so = options_value(storage_options)
+        manifest = Manifest(root, so)
         pending: list[pa.RecordBatch] = []
         size = 0
+
+        def write_group(item: tuple[str, pa.Table, pa.Table]) -> tuple[str, str, int, bytes | None, str]:
+            oid, rows, key = item
+            location = existing.get(oid)
+            keys = None
+            if location is not None:  # a hand-edited __manifest row must not lead outside the root
+                check_location(location, oid, root)
+            else:
+                location, keys = job_location(job_id, oid), _ipc(key)
+            # a full or forbidden store: a typed error naming the table directory (in the task's failure)
+            with storage_errors(join_uri(root, location), table=oid):
+                if keys is not None:  # no table there yet: the driver creates it with every task's fragments
+                    written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so)
+                else:
+                    written = append_fragments(manifest, oid, location, rows, schema,
+                                               max_rows_per_file=max_rows_per_file)
+            return oid, location, rows.num_rows, keys, json.dumps([f.to_json() for f in written])
 
         def flush() -> pa.RecordBatch | None:
             table = conform(pa.Table.from_batches(pending), schema)
             groups = group_rows(partition_values(table, spec, schema), spec.id)
-            out: dict[str, list] = {"object_id": [], "location": [], "fragments": [], "num_rows": [], "keys": []}
-            for i, (oid, rows) in enumerate(zip(groups.table_object_ids, groups.rows(table), strict=True)):
-                location = existing.get(oid)
-                keys = None
-                if location is not None:  # a hand-edited __manifest row must not lead outside the root
-                    check_location(location, oid, root)
-                else:
-                    location, keys = job_location(job_id, oid), _ipc(groups.keys.slice(i, 1))
-                # a full or forbidden store: a typed error naming the table directory (in the task's failure)
-                with storage_errors(join_uri(root, location), table=oid):
-                    if keys is not None:  # no table there yet: the driver creates it with every task's fragments
-                        written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so)
-                    else:
-                        from lancepart.manifest import Manifest
-                        from lancepart.write.upgrade import append_fragments
-
-                        written = append_fragments(Manifest(root, so), oid, location, rows, schema,
-                                                   max_rows_per_file=max_rows_per_file)
-                for k, v in (("object_id", oid), ("location", location), ("num_rows", rows.num_rows), ("keys", keys),
-                             ("fragments", json.dumps([f.to_json() for f in written]))):
-                    out[k].append(v)
-            if not out["object_id"]:
+            items = [(oid, rows, groups.keys.slice(i, 1))
+                     for i, (oid, rows) in enumerate(zip(groups.table_object_ids, groups.rows(table), strict=True))]
+            written = map_threads(write_group, items, max_workers=max(1, write_threads))
+            if not written:
                 return None
-            return pa.RecordBatch.from_pydict(out, schema=pa.schema([
-                ("object_id", pa.utf8()), ("location", pa.utf8()), ("fragments", pa.utf8()),
-                ("num_rows", pa.int64()), ("keys", pa.binary())]))
+            oids, locations, nums, keys, fragments = (list(c) for c in zip(*written, strict=True))
+            return pa.RecordBatch.from_pydict(
+                {"object_id": oids, "location": locations, "fragments": fragments, "num_rows": nums, "keys": keys},
+                schema=pa.schema([("object_id", pa.utf8()), ("location", pa.utf8()), ("fragments", pa.utf8()),
+                                  ("num_rows", pa.int64()), ("keys", pa.binary())]))
 
         for batch in batches:
             pending.append(batch)
@@ -170,6 +180,7 @@ def write(
     max_retries: int = 20,
     expectations: list[dict[str, Any]] | None = None,
     index_on_write: bool = True,
+    write_threads: int = 8,
 ) -> CommitResult:
     """Write a Spark DataFrame into the partitioned namespace at ``root`` and publish it in one
     ``__manifest`` commit.
@@ -177,7 +188,8 @@ def write(
     ``mode``: ``"append"`` or ``"overwrite"`` (dynamic partition overwrite). A ``batch_id``
     that is already published makes this a no-op with ``skipped=True``. ``expectations``
     run as a data-quality gate (:mod:`lancepart.quality`) before anything is written.
-    ``flush_rows`` bounds the rows a task buffers before writing its fragments.
+    ``flush_rows`` bounds the rows a task buffers before writing its fragments;
+    ``write_threads`` is how many of a flush's partition groups a task writes at once.
     ``index_on_write``: bring the declared indexes of the touched tables up to date before the
     publish (docs/indexes.md).
 
@@ -188,6 +200,8 @@ def write(
     check_mode(mode)
     if batch_id is not None:
         check_batch_id(batch_id)
+    if not isinstance(write_threads, int) or isinstance(write_threads, bool) or write_threads < 1:
+        raise InvalidArgumentError(f"write_threads must be a positive int, got {write_threads!r}")
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     check_schema(_arrow_schema_of(df), schema)  # before any byte is written
@@ -221,7 +235,7 @@ def write(
     t = time.monotonic()
     with spark_action(df.sparkSession, so) as shipped, _released(df, cached):
         task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
-                           shipped, flush_rows, max_rows_per_file)
+                           shipped, flush_rows, max_rows_per_file, write_threads)
         rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
     phases["write_s"] = round(time.monotonic() - t, 3)
     return publish_fragments(manifest, spec, schema, rows, mode=mode, batch_id=batch_id, max_retries=max_retries,

@@ -125,7 +125,7 @@ def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMeta
     fragment missing or altered in the latest version is restored first, foreign fragments are
     removed, and the version made is checked to be exactly that."""
     so = dict(storage_options) if storage_options else None
-    published = open_table(uri, version=base_version, storage_options=so)
+    published = open_table(uri, version=base_version, storage_options=so, reuse=True)
     base = {_ident(f.metadata): f.fragment_id for f in published.get_fragments()}
     changed = {f.id for f in updated} | set(removed_ids)
     wanted = {ident for ident, fid in base.items() if fid not in changed} | {_ident(f) for f in updated}
@@ -147,7 +147,7 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
     row matches (:func:`entire_tables`); every fragment goes without reading a row."""
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(location, object_id, root))
-    ds = open_table(uri, version=base, storage_options=so)
+    ds = open_table(uri, version=base, storage_options=so, reuse=True)
     if whole:
         fragments = ds.get_fragments()
         rows = sum(f.count_rows() for f in fragments)  # from the fragment metadata

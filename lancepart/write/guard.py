@@ -70,7 +70,7 @@ def check_files_present(
 
     def version_gone(item: tuple[str, str, int | None, Sequence[FragmentMetadata]]) -> bool:
         try:
-            open_table(join_uri(root, item[1]), version=item[2], storage_options=so, fresh=True)
+            open_table(join_uri(root, item[1]), version=item[2], storage_options=so)
         except (OSError, ValueError, RuntimeError) as e:
             if not is_not_found(e):
                 raise

@@ -58,7 +58,7 @@ def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa
     uri = join_uri(manifest.root, location)
     last: BaseException | None = None
     for attempt in range(max_attempts):
-        ds = open_table(uri, version=published, storage_options=so)
+        ds = open_table(uri, version=published, storage_options=so, reuse=True)
         md: Mapping[str, str] = {}
         if TABLE_FIELD_IDS_KEY not in (ds.schema.metadata or {}):
             md = manifest.dataset().metadata
