@@ -427,3 +427,142 @@ def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypa
     assert result.retries >= 1 and result.details["spark_jobs"] >= 4  # match + write, twice
     assert result.details["rows_updated"] == 300 and result.details["rows_inserted"] == 0
     assert {k: data_cols(v) for k, v in by_id(published_rows(ns.root)).items()} == before | by_id(merged)
+
+
+# ------------------------------------------------------------------- which tables a merge reads
+KEYED = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("day", pa.date32()),
+                   pa.field("amount", pa.float64())])
+BY_HUNDREDS = {"id": 1, "fields": [{"field_id": "hundreds", "source_ids": [0],
+                                    "transform": {"type": "truncate", "width": 100},
+                                    "result_type": {"type": "int64"}}]}
+
+
+def keyed_rows(ids, amount: float = 0.0, days: int = 3) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()),
+                     "day": pa.array([20_423 + i % days for i in ids], pa.int32()).cast(pa.date32()),
+                     "amount": pa.array([amount] * len(ids), pa.float64())}, schema=KEYED)
+
+
+def table_rows(root: str) -> dict[str, list[int]]:
+    """object_id -> the ids its published version holds."""
+    out = {}
+    for oid, r in manifest_tables(root).items():
+        out[oid] = lance.dataset(join_uri(root, r["location"]), version=r["read_version"]).to_table(
+            columns=["id"])["id"].to_pylist()
+    return out
+
+
+def published_keyed(root: str) -> dict[int, float]:
+    """id -> amount of every published row; an id published twice fails."""
+    out: dict[int, float] = {}
+    for r in manifest_tables(root).values():
+        t = lance.dataset(join_uri(root, r["location"]), version=r["read_version"]).to_table(columns=["id", "amount"])
+        for i, a in zip(t["id"].to_pylist(), t["amount"].to_pylist(), strict=True):
+            assert i not in out, f"id {i} published twice"
+            out[i] = a
+    return out
+
+
+@pytest.fixture
+def keyed(tmp_path) -> PartitionedNamespace:
+    ns = PartitionedNamespace.create(str(tmp_path / "keyed"), KEYED, BY_HUNDREDS)
+    ns.write(keyed_rows(range(1_000)))  # ten partitions of truncate(id, 100)
+    return ns
+
+
+def test_merge_reads_only_the_tables_that_can_hold_its_keys(keyed):
+    """Issue 23 goal 3 / spec partitioning.md "Query Optimization / Partition Pruning": the
+    partition source is the key column, so a key can only be in the table of its own partition
+    value. A merge updating ids 5 and 505 and inserting 5000-5001 reads the keys of two of the
+    ten tables (details["tables_read"]), and its inserts, whose partition has no table, are
+    inserts without a read."""
+    assert len(manifest_tables(keyed.root)) == 10
+    r = keyed.merge(pa.concat_tables([keyed_rows([5, 505], 1.0), keyed_rows([5_000, 5_001], 2.0)]), on=["id"])
+    assert r.details["rows_updated"] == 2 and r.details["rows_inserted"] == 2
+    assert r.details["tables_read"] == 2 and r.details["tables_skipped"] == 8
+    got = published_keyed(keyed.root)
+    assert len(got) == 1_002 and got[5] == got[505] == 1.0 and got[5_000] == got[5_001] == 2.0
+    # the inserted keys now have their table: the next merge of them reads it and updates
+    r = keyed.merge(keyed_rows([5_000, 999], 3.0), on=["id"])
+    assert r.details["rows_updated"] == 2 and r.details["rows_inserted"] == 0 and r.details["tables_read"] == 2
+    assert len(published_keyed(keyed.root)) == 1_002
+    # a key of several columns prunes by the fields over them (here id alone)
+    r = keyed.merge(keyed_rows([7, 8_000], 4.0), on=["id", "day"])
+    assert r.details["tables_read"] == 1 and r.details["rows_updated"] == 1 and r.details["rows_inserted"] == 1
+    assert published_keyed(keyed.root)[7] == 4.0
+    assert keyed.verify().ok
+
+
+def test_merge_after_partition_evolution_finds_keys_in_every_spec_version(keyed):
+    """Spec partitioning.md "Partition Evolution" / "Compatibility with Partition Pruning": the
+    tables of each spec version are pruned by that version's own transforms. v1 truncate(id, 100)
+    tables, v2 identity(day) tables (day is no key: all read) and v3 bucket(id, 8) tables; keys
+    living in each are updated, never inserted a second time, and the tables left unread are
+    those that cannot hold them."""
+    keyed.evolve([{"source_ids": [1], "transform": {"type": "identity"}, "result_type": {"type": "date32"}}])
+    keyed.write(keyed_rows(range(1_000, 1_100)))
+    keyed.evolve([{"source_ids": [0], "transform": {"type": "bucket", "num_buckets": 8},
+                   "result_type": {"type": "int32"}}])
+    keyed.write(keyed_rows(range(2_000, 2_100)))
+    tables = manifest_tables(keyed.root)
+    n = {v: sum(1 for o in tables if o.startswith(f"v{v}$")) for v in (1, 2, 3)}
+    assert n == {1: 10, 2: 3, 3: 8}
+    keys = [42, 1_050, 2_050]
+    r = keyed.merge(keyed_rows(keys, 5.0), on=["id"])
+    assert r.details["rows_updated"] == 3 and r.details["rows_inserted"] == 0
+    # v1: the one table of ids 0-99; v2: all three; v3: at most one per key's bucket
+    assert 1 + 3 + 1 <= r.details["tables_read"] <= 1 + 3 + 3
+    assert r.details["tables_read"] + r.details["tables_skipped"] == sum(n.values())
+    got = published_keyed(keyed.root)
+    assert len(got) == 1_200 and all(got[k] == 5.0 for k in keys)
+    # the updated rows now live in v3 bucket tables; merged again they are found there
+    r = keyed.merge(keyed_rows([*keys, 9_999], 6.0), on=["id"])
+    assert r.details["rows_updated"] == 3 and r.details["rows_inserted"] == 1
+    got = published_keyed(keyed.root)
+    assert len(got) == 1_201 and all(got[k] == 6.0 for k in [*keys, 9_999])
+    where = {i: oid for oid, ids in table_rows(keyed.root).items() for i in ids}
+    assert all(where[k].startswith("v3$") for k in keys)
+    assert keyed.refresh().verify().ok
+
+
+def test_merge_float_keys_prune_as_keys_compare(tmp_path):
+    """A float key partitioned by identity: -0.0 and 0.0 are one key and NaN equals NaN (docs/merge.md
+    "Merge semantics"); partition values are named from canonical bytes that agree (spec
+    partitioning.md "Namespace Naming"), so pruning never separates a key from its table."""
+    schema = pa.schema([pa.field("x", pa.float64(), nullable=False), pa.field("v", pa.int64())])
+    spec = {"id": 1, "fields": [{"field_id": "x", "source_ids": [0], "transform": {"type": "identity"},
+                                 "result_type": {"type": "float64"}}]}
+    ns = PartitionedNamespace.create(str(tmp_path / "floats"), schema, spec)
+    ns.write(pa.table({"x": [-0.0, 1.0, float("nan"), 2.5], "v": [1, 2, 3, 4]}, schema=schema))
+    assert len(manifest_tables(ns.root)) == 4
+    r = ns.merge(pa.table({"x": [0.0, float("nan"), 3.0], "v": [10, 30, 50]}, schema=schema), on=["x"])
+    assert r.details["rows_updated"] == 2 and r.details["rows_inserted"] == 1
+    assert r.details["tables_read"] == 2 and r.details["tables_skipped"] == 2
+    got = sorted(ns.to_table().column("v").to_pylist())
+    assert got == [2, 4, 10, 30, 50]
+
+
+def test_a_table_created_concurrently_in_a_partition_of_the_keys_is_detected(keyed, tmp_path):
+    """The hazard of reading only some tables: the merge (a real process) found no table for
+    the partition of its new keys 5000-5009 and holds them as inserts; while it waits before its
+    __manifest commit a writer creates that partition's table with the same keys and publishes
+    first. The new table is one the merge would read, so its commit conflicts, it evaluates
+    again and updates those keys: each published once, with the merge's values."""
+    data = pa.concat_tables([keyed_rows([5], 1.0), keyed_rows(range(5_000, 5_010), 7.0)])
+    path = str(tmp_path / "cdc.parquet")
+    pq.write_table(data, path)
+    go = str(tmp_path / "go")
+    proc = _run_merge(keyed.root, path, fault=f"before_manifest_commit:wait:{go}")
+    wait_for_unpublished_versions(keyed, proc)
+    assert not any(o for o, ids in table_rows(keyed.root).items() if 5_000 in ids)
+    PartitionedNamespace.open(keyed.root).write(keyed_rows(range(5_000, 5_010), -1.0))  # the rival
+    Path(go).touch()
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["retries"] >= 1
+    assert result["details"]["rows_updated"] == 11 and result["details"]["rows_inserted"] == 0
+    assert result["details"]["tables_read"] == 2
+    got = published_keyed(keyed.root)  # raises on a doubled id
+    assert len(got) == 1_010 and all(got[i] == 7.0 for i in range(5_000, 5_010)) and got[5] == 1.0

@@ -1,7 +1,8 @@
 """Spark front end of merge (:mod:`lancepart.write.merge`): ``lps.merge(df, root, on=[...])``.
 
 The driver collects the input's key columns only (refusing NULL and duplicate keys there) and
-ships them to the executors. Each partition table's match (read its published version's key
+ships them to the executors. Each partition table's match (of the tables that can hold the keys,
+:class:`lancepart.write.merge.KeyPruner`, as ``ns.merge`` picks them) (read its published version's key
 columns, hash-join them with the keys) and, for ``when_matched="update"``, its deletion files
 run in a Spark task, one table per item, which returns the deletions and the matched input row
 numbers. The driver refuses a key matching several rows, then one ``mapInArrow`` pass over the
@@ -54,7 +55,6 @@ from lancepart.write.merge import (
     check_keys,
     check_merge_args,
     key_values,
-    partition_tables,
 )
 from lancepart.write.plan import check_schema
 from lancepart.write.publish import fragments_from_json
@@ -170,9 +170,9 @@ def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_n
             create_tables(manifest.root, schema, writes, manifest.storage_options)
             return writes, 0
 
-        plan = MergePlan(keys, on, when_matched, when_not_matched, match_tables)
+        plan = MergePlan(keys, on, when_matched, when_not_matched, match_tables, schema=schema)
         try:
-            result = apply_change(ns, plan.evaluate, partition_tables, what="merge", batch_id=batch_id,
+            result = apply_change(ns, plan.evaluate, plan.candidates, what="merge", batch_id=batch_id,
                                   max_retries=max_retries, max_rows_per_file=max_rows_per_file, write=write,
                                   started=started, phases=phases)
         finally:

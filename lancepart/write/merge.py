@@ -11,8 +11,10 @@ Both are a *change*: evaluated on one ``__manifest`` snapshot, it is
   (:mod:`lancepart.write.plan`, :mod:`lancepart.write.create`) into their partitions, which may
   be other partitions than the old rows' (a merge that changes a partition source moves the
   row) or new ones;
-* the *candidates*: every partition table the evaluation read (merge: every partition table of
-  the snapshot; replace-where: those the pruner keeps for the filter), with the version it read.
+* the *candidates*: every partition table the evaluation read (merge: the tables that can hold
+  one of its keys, :class:`KeyPruner`; replace-where: those the pruner keeps for the filter),
+  with the version it read. They are computed again on every newer snapshot, so a table that
+  appears where a key could be is a candidate that appeared.
 
 Each touched table then gets ONE Lance version (``LanceOperation.Update`` with the updated
 fragments, the fragments whose every row goes removed, and the new fragments) on top of its
@@ -45,7 +47,7 @@ import pyarrow.compute as pc
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
-from lancepart import faults
+from lancepart import faults, transforms
 from lancepart import ids as _ids
 from lancepart.errors import (
     AmbiguousMatchError,
@@ -59,6 +61,7 @@ from lancepart.errors import (
     SchemaChangedError,
 )
 from lancepart.ids import check_location
+from lancepart.lance_io import open_table
 from lancepart.manifest import (
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
@@ -72,6 +75,7 @@ from lancepart.manifest import (
 )
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 from lancepart.table_commit import _ident, check_fields, commit_exactly
 from lancepart.write import batches
 from lancepart.write.create import NewTables, create_table_with
@@ -134,7 +138,7 @@ def commit_change(uri: str, base_version: int | None, updated: Sequence[Fragment
     >>> # commit_change(uri, 4, [frag_with_deletions], [7], new_frags)   # -> 5
     """
     so = dict(storage_options) if storage_options else None
-    published = lance.dataset(uri, version=base_version, storage_options=so)
+    published = open_table(uri, version=base_version, storage_options=so)
     check_fields(published, new_fragments, uri)  # written under the schema of this version
     base = {_ident(f.metadata): f.fragment_id for f in published.get_fragments()}
     changed = {f.id for f in updated} | set(removed_ids)
@@ -160,6 +164,13 @@ def partition_tables(snap: ManifestSnapshot, object_ids: set[str] | None = None)
     return {r["object_id"]: (r["location"], r["read_version"], r["read_branch"], r["read_tag"])
             for r in pins.to_pylist()
             if partition_spec_id(r["object_id"]) is not None and (object_ids is None or r["object_id"] in object_ids)}
+
+
+def snap_partition_tables(snap: ManifestSnapshot) -> int:
+    """How many partition tables ``snap`` has."""
+    from lancepart.ids import partition_spec_id
+
+    return sum(1 for oid in snap.table_pins().column("object_id").to_pylist() if partition_spec_id(oid) is not None)
 
 
 def _check_main(candidates: Candidates, what: str) -> None:
@@ -403,8 +414,8 @@ def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa
     The same function runs on local threads and in Spark tasks."""
     from lancepart.write.deletions import deletion_files
 
-    so = dict(storage_options) if storage_options else None
-    ds = lance.dataset(join_uri(root, check_location(location, object_id, root)), version=base, storage_options=so)
+    ds = open_table(join_uri(root, check_location(location, object_id, root)), version=base,
+                    storage_options=storage_options)
     m = match_table(ds, keys, on, schema)
     d = Deletions(object_id, location, base)
     if m.num_rows and delete:
@@ -437,12 +448,122 @@ def check_merge_args(schema: pa.Schema, on: Sequence[str] | str, when_matched: s
     return on
 
 
+class KeyPruner:
+    """Which partition tables of a snapshot can hold one of a merge's keys (spec partitioning.md
+    "Query Optimization / Partition Pruning": a partition table holds only rows whose partition
+    values are its ``partition_field_*`` values).
+
+    A partition field whose source columns are all key columns has, for an input key, exactly
+    one value: its transform of the key (the writer's code, :func:`lancepart.transforms.apply`,
+    on the namespace schema). A table can then hold the key only if its value of every such
+    field is one of the input's values; tables of a spec version none of whose fields is over
+    the key columns are all read. Each spec version is evaluated with its own fields, so the
+    tables of older specs are pruned by their own transforms. Compared as the writer names
+    partitions (:func:`lancepart.ids.partition_ids`: canonical bytes, where -0.0 is 0.0, every
+    NaN is one value and NULL a value of its own), the way merge compares keys
+    (:func:`key_values`).
+
+    Where a transform's value could depend on the type the column had when a row was written,
+    the field does not prune: expression fields, and bucket fields over decimals (widening a
+    decimal may change its scale, hence its hashed unscaled integer). Identity and truncate
+    (their result type is the source's, so their source is never widened), time transforms
+    (their sources are not widenable) and bucket over integers, floats, strings, binary, dates
+    and timestamps (hashed the same in every width) prune. Anything unexpected (a spec not in
+    the snapshot's properties, a transform that fails on the keys, a ``__manifest`` column of
+    another type) reads every table of that spec version: a merge never misses a match."""
+
+    def __init__(self, keys: pa.Table, on: Sequence[str], schema: pa.Schema) -> None:
+        self.keys, self.schema = keys.select(list(on)), schema
+        self.key_ids = {fid for c in on if (fid := field_id_of(schema.field(c))) is not None}
+        # spec JSON -> (pruning fields, partition ids of the keys' values of those fields) or None
+        self._wanted: dict[str, tuple[list[PartitionField], set[str]] | None] = {}
+        self._specs: dict[str, PartitionSpec | None] = {}
+
+    def fields(self, spec: PartitionSpec) -> list[PartitionField]:
+        """The fields of ``spec`` that prune: over key columns only, with a transform whose value
+        does not depend on the width the source column had."""
+        types = {field_id_of(f): f.type for f in self.schema}
+        out = []
+        for f in spec.fields:
+            if f.expression is not None or not f.source_ids or not set(f.source_ids) <= self.key_ids:
+                continue
+            tf = transforms.transform_for(f)
+            if (isinstance(tf, (transforms.BucketTransform, transforms.MultiBucketTransform))
+                    and any(pa.types.is_decimal(types[s]) for s in f.source_ids)):
+                continue
+            out.append(f)
+        return out
+
+    def wanted(self, spec: PartitionSpec) -> tuple[list[PartitionField], set[str]] | None:
+        """The pruning fields of ``spec`` and the partition ids (over those fields, in that order)
+        of the keys' values; None: every table of the spec is read."""
+        k = spec.to_json_string()
+        if k not in self._wanted:
+            self._wanted[k] = None
+            fields = self.fields(spec)
+            if fields:
+                try:
+                    values = pa.Table.from_arrays([transforms.apply(f, self.keys, self.schema) for f in fields],
+                                                  names=[f.column_name for f in fields])
+                    distinct = group_rows(values, spec.id).key_arrays
+                    self._wanted[k] = fields, {ids[-1] for ids in _ids.partition_ids(spec.id, distinct)}
+                except Exception as e:  # any failure: read the whole spec version
+                    log.info("merge: partition values of v%d over the keys failed (%s); reading all its tables",
+                             spec.id, e)
+        return self._wanted[k]
+
+    def _spec(self, raw: str | None) -> PartitionSpec | None:
+        if raw is None:
+            return None
+        if raw not in self._specs:
+            try:
+                self._specs[raw] = PartitionSpec.from_json(raw)
+            except LancepartError:
+                self._specs[raw] = None
+        return self._specs[raw]
+
+    def candidates(self, snap: ManifestSnapshot) -> Candidates:
+        """The partition tables of ``snap`` that can hold an input key (see the class docstring);
+        a table that appears in a partition of the keys is one of them, so a merge whose
+        ``__manifest`` commit conflicts with its creation evaluates again."""
+        cands = partition_tables(snap)
+        by_spec: dict[int, list[str]] = {}
+        for oid in cands:
+            by_spec.setdefault(_ids.partition_spec_id(oid), []).append(oid)  # type: ignore[arg-type]
+        keep: set[str] = set()
+        pins = None
+        for spec_id, oids in by_spec.items():
+            spec = self._spec(snap.metadata.get(f"{_ids.SPEC_KEY_PREFIX}{spec_id}"))
+            wanted = self.wanted(spec) if spec is not None and spec.id == spec_id else None
+            if wanted is None:
+                keep.update(oids)
+                continue
+            fields, ids = wanted
+            if pins is None:
+                pins = snap.table_pins()
+            rows = pins.filter(pc.is_in(pins.column("object_id"), value_set=pa.array(oids, pa.utf8())))
+            try:
+                values = [rows.column(f.column_name).cast(f.result_type).combine_chunks() for f in fields]
+                have = _ids.partition_ids(spec_id, values)
+            except Exception as e:  # a column missing or of another type
+                log.info("merge: cannot compare the partition values of v%d tables (%s); reading all of them",
+                         spec_id, e)
+                keep.update(oids)
+                continue
+            keep.update(oid for oid, tid in zip(rows.column("object_id").to_pylist(), have, strict=True)
+                        if tid[-1] in ids)
+        return {oid: c for oid, c in cands.items() if oid in keep}
+
+
 class MergePlan:
     """A merge's evaluation on a snapshot (:meth:`evaluate`), with the per-table results of
     earlier attempts kept: a re-evaluation reads again only the tables whose version moved."""
 
     def __init__(self, keys: pa.Table, on: Sequence[str], when_matched: str, when_not_matched: str,
-                 match_tables: MatchTables, rows: pa.Table | None = None) -> None:
+                 match_tables: MatchTables, rows: pa.Table | None = None, schema: pa.Schema | None = None) -> None:
+        # the tables it reads: those that can hold a key when the schema is given, else all of them
+        self.candidates: Callable[[ManifestSnapshot], Candidates] = (
+            partition_tables if schema is None else KeyPruner(keys, on, schema).candidates)
         self.keys = comparable_keys(keys.select(list(on)), on).append_column(
             _ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
         self.on, self.when_matched, self.when_not_matched = list(on), when_matched, when_not_matched
@@ -450,7 +571,7 @@ class MergePlan:
         self.cache: dict[tuple[str, int], tuple[Deletions, np.ndarray]] = {}
 
     def evaluate(self, snap: ManifestSnapshot) -> Evaluation:
-        cands = partition_tables(snap)
+        cands = self.candidates(snap)
         _check_main(cands, "merge")
         todo = [(oid, loc, v) for oid, (loc, v, _, _) in cands.items() if (oid, v) not in self.cache]
         for (oid, _, v), out in zip(todo, self.match_tables(snap.version, todo) if todo else [], strict=True):
@@ -474,7 +595,9 @@ class MergePlan:
         deletions = {oid: d for oid, (d, _) in per_table.items() if update}
         n_matched = int(matched.sum())
         details = {"on": self.on, "rows_matched": n_matched, "rows_updated": n_matched if update else 0,
-                   "rows_inserted": n - n_matched if insert else 0}
+                   "rows_inserted": n - n_matched if insert else 0,
+                   # partition tables whose keys this evaluation used, and those it left unread
+                   "tables_read": len(cands), "tables_skipped": snap_partition_tables(snap) - len(cands)}
         rows = self.rows.filter(pa.array(take)) if self.rows is not None else None
         return Evaluation(cands, deletions, rows, details, matched=self.keys.select(self.on).filter(pa.array(matched)))
 
@@ -509,8 +632,8 @@ def merge(ns: NamespaceHandle, data: Any, on: Sequence[str], when_matched: str =
 
         return map_threads(one, list(todo))
 
-    plan = MergePlan(rows, on, when_matched, when_not_matched, match_tables, rows=rows)
-    return apply_change(ns, plan.evaluate, partition_tables, what="merge", batch_id=batch_id, max_retries=max_retries,
+    plan = MergePlan(rows, on, when_matched, when_not_matched, match_tables, rows=rows, schema=schema)
+    return apply_change(ns, plan.evaluate, plan.candidates, what="merge", batch_id=batch_id, max_retries=max_retries,
                         max_rows_per_file=max_rows_per_file)
 
 
@@ -593,7 +716,7 @@ def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str |
             oid, loc, v = item
             if (oid, v) in cache:
                 return cache[(oid, v)]
-            ds = commit_on_published(manifest, snap.version, oid, loc, v, lambda: lance.dataset(
+            ds = commit_on_published(manifest, snap.version, oid, loc, v, lambda: open_table(
                 join_uri(manifest.root, check_location(loc, oid, manifest.root)), version=v, storage_options=so))
             if oid in entire:
                 frags = ds.get_fragments()
