@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -37,6 +38,7 @@ from lancepart import faults
 from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
+from lancepart.file_format import data_storage_version
 from lancepart.ids import check_location
 from lancepart.manifest import join_uri
 from lancepart.namespace import PartitionedNamespace
@@ -87,11 +89,12 @@ def _ipc(table: pa.Table) -> bytes:
 
 def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mapping[str, str], job_id: str,
                 storage_options: Mapping[str, str] | None, flush_rows: int, max_rows_per_file: int,
-                write_threads: int = 8):
+                write_threads: int = 8, data_storage_version: str | None = None):
     """The executor function: Arrow batches in, one row per written partition group out. The
     partition groups of a flush are written ``write_threads`` at a time (Lance writes without
     the GIL; on an object store each group is a few round trips), all on the process's one
-    Lance session."""
+    Lance session. New tables get the file format version ``data_storage_version`` (None: the
+    namespace's, read when the task first writes a new table; docs/file-format.md)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from lancepart.error_mapping import storage_errors
@@ -108,6 +111,16 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
         manifest = Manifest(root, so)
         pending: list[pa.RecordBatch] = []
         size = 0
+        file_version = [data_storage_version] if data_storage_version else []
+        version_lock = threading.Lock()
+
+        def new_table_version() -> str:
+            with version_lock:
+                if not file_version:
+                    from lancepart.file_format import namespace_data_storage_version
+
+                    file_version.append(namespace_data_storage_version(root, so))
+                return file_version[0]
 
         def write_group(item: tuple[str, pa.Table, pa.Table]) -> tuple[str, str, int, bytes | None, str]:
             oid, rows, key = item
@@ -120,7 +133,8 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
             # a full or forbidden store: a typed error naming the table directory (in the task's failure)
             with storage_errors(join_uri(root, location), table=oid):
                 if keys is not None:  # no table there yet: the driver creates it with every task's fragments
-                    written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so)
+                    written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so,
+                                                  data_storage_version=new_table_version())
                 else:
                     written = append_fragments(manifest, oid, location, rows, schema,
                                                max_rows_per_file=max_rows_per_file)
@@ -207,6 +221,7 @@ def write(
     check_schema(_arrow_schema_of(df), schema)  # before any byte is written
     check_workers(df.sparkSession)  # before the quality gate, whose expectations broken workers would all "fail"
     snap = ns.snapshot()  # read at open (its table rows too), retried if a cleanup removed it meanwhile
+    file_version = data_storage_version(snap.metadata)  # of new tables; a bad property fails before any write
     if batch_id is not None and (done := already_published(manifest, snap, batch_id, started)):
         return done
     phases: dict[str, Any] = {}
@@ -235,7 +250,7 @@ def write(
     t = time.monotonic()
     with spark_action(df.sparkSession, so) as shipped, _released(df, cached):
         task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
-                           shipped, flush_rows, max_rows_per_file, write_threads)
+                           shipped, flush_rows, max_rows_per_file, write_threads, file_version)
         rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
     phases["write_s"] = round(time.monotonic() - t, 3)
     return publish_fragments(manifest, spec, schema, rows, mode=mode, batch_id=batch_id, max_retries=max_retries,

@@ -33,6 +33,7 @@ from lance.fragment import FragmentMetadata, LanceFragment
 from lancepart import ids as _ids
 from lancepart import lance_io
 from lancepart.errors import LancepartError
+from lancepart.file_format import namespace_data_storage_version
 from lancepart.manifest import Manifest, ManifestConflict, ManifestSnapshot, commit_lock, join_uri
 from lancepart.parallel import map_threads
 from lancepart.spec import PartitionSpec
@@ -43,13 +44,18 @@ log = logging.getLogger("lancepart.write")
 
 
 def write_new_fragments(data: pa.Table, root: str, location: str, schema: pa.Schema, max_rows_per_file: int,
-                        storage_options: Mapping[str, str] | None = None) -> list[FragmentMetadata]:
+                        storage_options: Mapping[str, str] | None = None, *,
+                        data_storage_version: str | None = None) -> list[FragmentMetadata]:
     """Fragments of ``data`` (at most ``max_rows_per_file`` rows each) in the directory of a
-    table that does not exist yet (Lance's ``write_fragments`` would log a warning per call)."""
+    table that does not exist yet (Lance's ``write_fragments`` would log a warning per call),
+    in the file format version ``data_storage_version`` (None: the namespace's,
+    :mod:`lancepart.file_format`)."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
+    version = data_storage_version or namespace_data_storage_version(root, so)
     step = max(1, max_rows_per_file)
-    return [LanceFragment.create(uri, data.slice(start, step), schema=schema, storage_options=so)
+    return [LanceFragment.create(uri, data.slice(start, step), schema=schema, storage_options=so,
+                                 data_storage_version=version, session=lance_io.session())
             for start in range(0, data.num_rows, step)]
 
 
@@ -68,11 +74,13 @@ def create_table(root: str, location: str, schema: pa.Schema, fragments: Sequenc
 
 
 def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schema, max_rows_per_file: int,
-                      storage_options: Mapping[str, str] | None = None) -> tuple[list[FragmentMetadata], int]:
+                      storage_options: Mapping[str, str] | None = None, *,
+                      data_storage_version: str | None = None) -> tuple[list[FragmentMetadata], int]:
     """:func:`write_new_fragments` and :func:`create_table` in one Lance call, for a partition
     whose rows are all at hand: ``(its fragments, the version created)``."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
+    version = data_storage_version or namespace_data_storage_version(root, so)
     from lancepart.schema_evolution import table_schema
 
     target = table_schema(schema)
@@ -80,7 +88,7 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     # travel with the rows, or the table is read by the names of the oldest schema
     ds = lance_io.write_dataset(data.replace_schema_metadata(target.metadata), uri, schema=target, mode="create",
                                 max_rows_per_file=max_rows_per_file, storage_options=so,
-                                commit_lock=commit_lock(uri, so))
+                                commit_lock=commit_lock(uri, so), data_storage_version=version)
     return [f.metadata for f in ds.get_fragments()], ds.version
 
 

@@ -20,6 +20,7 @@ from lancepart import faults
 from lancepart import ids as _ids
 from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError, SchemaChangedError
+from lancepart.file_format import data_storage_version
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write.batches import check_batch_id
@@ -113,6 +114,7 @@ def _write_local(
         check(data, expectations)
         phases["expectations_s"] = time.monotonic() - t
     writes: dict[str, TableWrite] = {}  # by lancepart's table object id of the partition
+    file_version: str | None = None  # of the tables this write creates: read with the first reservation
     created = retries = n_chunks = 0
     so = manifest.storage_options
     # a table is in memory already: one pass, so each partition gets one fragment (per
@@ -150,15 +152,20 @@ def _write_local(
                                                  if ref is not None], max_retries=max_retries)
             for w in (writes[oids[i]] for i in unseen):
                 w.published = upgraded.get(w.object_id, w.published)
+            # new tables get the namespace's file format version (docs/file-format.md); appends
+            # keep each table's own
+            file_version = data_storage_version(res.snapshot.metadata)
         phases["reserve_s"] = phases.get("reserve_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_reserve")
 
-        def write_group(item: tuple[TableWrite, pa.Table]) -> list:
+        def write_group(item: tuple[TableWrite, pa.Table], file_version: str | None = file_version) -> list:
             w, rows = item
             if w.keys is not None and one_pass:  # all its rows at once: the table is born with them
-                frags, w.created = create_table_with(rows, manifest.root, w.location, schema, max_rows_per_file, so)
+                frags, w.created = create_table_with(rows, manifest.root, w.location, schema, max_rows_per_file, so,
+                                                     data_storage_version=file_version)
             elif w.keys is not None:
-                frags = write_new_fragments(rows, manifest.root, w.location, schema, max_rows_per_file, so)
+                frags = write_new_fragments(rows, manifest.root, w.location, schema, max_rows_per_file, so,
+                                            data_storage_version=file_version)
             else:
                 frags = append_fragments(manifest, w.object_id, w.location, rows, schema, published=w.published,
                                          max_rows_per_file=max_rows_per_file)

@@ -29,7 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart import ids as _ids
+from lancepart import lance_io
 from lancepart.errors import CorruptTableError
+from lancepart.file_format import data_storage_version
 from lancepart.lance_io import open_table
 from lancepart.manifest import (
     LOOKUP_LIMIT,
@@ -65,14 +67,18 @@ class Reservation:
 
 
 def create_empty_table(root: str, location: str, schema: pa.Schema,
-                       storage_options: Mapping[str, str] | None) -> int:
-    """Create an empty partition table and return its version."""
+                       storage_options: Mapping[str, str] | None, *, data_storage_version: str | None = None) -> int:
+    """Create an empty partition table and return its version. Its file format version is
+    ``data_storage_version`` (None: the namespace's, :mod:`lancepart.file_format`): the rows
+    appended to it later are written in it."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
+    from lancepart.file_format import namespace_data_storage_version
     from lancepart.schema_evolution import table_schema
 
-    ds = lance.write_dataset(table_schema(schema).empty_table(), uri, mode="create", storage_options=so,
-                             commit_lock=commit_lock(uri, so))
+    version = data_storage_version or namespace_data_storage_version(root, so)
+    ds = lance_io.write_dataset(table_schema(schema).empty_table(), uri, mode="create", storage_options=so,
+                                commit_lock=commit_lock(uri, so), data_storage_version=version)
     return ds.version
 
 
@@ -144,8 +150,10 @@ def reserve_partitions(
             return ManifestChanges(upserts=pinned), 0
         fresh = list(dict.fromkeys(table_oids[i] for i in missing if table_oids[i] not in made))
         locations = [_ids.table_location(oid) for oid in fresh]
+        file_version = data_storage_version(snap.metadata)
         versions = map_threads(lambda loc: create_empty_table(manifest.root, loc, table_schema,
-                                                              manifest.storage_options), locations)
+                                                              manifest.storage_options,
+                                                              data_storage_version=file_version), locations)
         made.update({oid: (loc, v) for oid, loc, v in zip(fresh, locations, versions, strict=True)})
         new_rows = partition_rows(snap, spec, values, ns_oids, table_oids, missing, made)
         tables = int(pc.sum(pc.equal(new_rows.column("object_type"), "table")).as_py())
@@ -337,7 +345,8 @@ def _pin_declared(manifest: Manifest, snap: ManifestSnapshot, oids: set[str], sc
         if table_exists(manifest.root, location, manifest.storage_options):
             continue  # all NULL reads the latest version of a table that exists (spec "Read Behavior")
         try:
-            version = create_empty_table(manifest.root, location, schema, manifest.storage_options)
+            version = create_empty_table(manifest.root, location, schema, manifest.storage_options,
+                                         data_storage_version=data_storage_version(snap.metadata))
         except (OSError, ValueError) as e:
             if table_exists(manifest.root, location, manifest.storage_options):
                 continue  # a concurrent writer created it first

@@ -18,6 +18,7 @@ import pyarrow as pa
 from lance import LanceOperation
 
 from lancepart.errors import CommitConflictError, SchemaChangedError
+from lancepart.file_format import table_data_storage_version
 from lancepart.lance_io import open_table
 from lancepart.manifest import LanceCommitConflictError, Manifest, backoff
 from lancepart.schema_evolution import (
@@ -68,7 +69,9 @@ def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa
             ds = open_table(uri, version=version, storage_options=so)
         out = rows if target.equals(schema, check_metadata=True) else rows_as(rows, schema, target)
         try:
-            return lance.fragment.write_fragments(out, ds, max_rows_per_file=max_rows_per_file, storage_options=so)
+            # in the table's own file format version (never the namespace's: that is for new tables)
+            return lance.fragment.write_fragments(out, ds, max_rows_per_file=max_rows_per_file, storage_options=so,
+                                                  data_storage_version=table_data_storage_version(ds))
         except (OSError, ValueError) as e:
             if not _schema_refused(e):
                 raise

@@ -1,0 +1,224 @@
+"""The Lance file format version of partition tables (issue 23; docs/file-format.md).
+
+Lance file format spec, versions: every data file of a Lance table carries its file format
+version (``DataFile.file_major_version`` / ``file_minor_version``), fixed for the table when it
+is created. spec partitioning.md "Runtime Namespace Properties": a namespace property lives in
+the ``__manifest`` table metadata; ``lancepart.data_storage_version`` chooses the version of the
+partition tables the namespace creates from now on, and never that of a table that exists.
+Real Lance tables on disk, read back with plain pylance.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lancepart import PartitionedNamespace
+from lancepart.errors import ConfigError, InvalidArgumentError
+from lancepart.file_format import (
+    DATA_STORAGE_VERSION_KEY,
+    DEFAULT_DATA_STORAGE_VERSION,
+    set_data_storage_version,
+)
+from lancepart.manifest import ManifestChanges, join_uri
+from lancepart.sample import DEMO_START, demo_events
+from tests.conftest import create_events_ns, expected_keys, manifest_version
+
+
+def table_versions(root: str) -> dict[str, set[str]]:
+    """object_id -> the file format versions of the data files of each table the latest
+    ``__manifest`` publishes, read with plain pylance at its ``read_version``."""
+    out = {}
+    for r in lance.dataset(join_uri(root, "__manifest")).to_table().to_pylist():
+        if r["object_type"] == "table":
+            ds = lance.dataset(join_uri(root, r["location"]), version=r["read_version"])
+            out[r["object_id"]] = {f"{f.file_major_version}.{f.file_minor_version}"
+                                   for fr in ds.get_fragments() for f in fr.metadata.files}
+    return out
+
+
+def published_rows(root: str) -> pa.Table:
+    """Every row the latest ``__manifest`` publishes, read with plain pylance, sorted by id."""
+    parts = []
+    for r in lance.dataset(join_uri(root, "__manifest")).to_table().to_pylist():
+        if r["object_type"] == "table":
+            parts.append(lance.dataset(join_uri(root, r["location"]), version=r["read_version"])
+                         .to_table(columns=["id", "amount"]))
+    return pa.concat_tables(parts).sort_by("id")
+
+
+def rows_of(table: pa.Table) -> list[dict]:
+    return table.sort_by("id").to_pylist()
+
+
+def test_new_tables_get_the_default_version(ns):
+    """No property: every new partition table is written in lancepart's default (2.0, chosen
+    from benchmarks/file_format.py), not in pylance's own default."""
+    assert DEFAULT_DATA_STORAGE_VERSION == "2.0"
+    ns.write(demo_events(400, days=3))
+    versions = table_versions(ns.root)
+    assert len(versions) == 12
+    assert all(v == {"2.0"} for v in versions.values()), versions
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_the_namespace_property_chooses_the_version_of_new_tables(ns, version):
+    """``lancepart.data_storage_version`` in the ``__manifest`` table metadata (spec
+    "Runtime Namespace Properties": shown by describe_namespace([])) decides new tables."""
+    set_data_storage_version(ns.root, version)
+    assert ns.refresh().describe_namespace([])[DATA_STORAGE_VERSION_KEY] == version
+    data = demo_events(400, days=3)
+    ns.write(data)
+    versions = table_versions(ns.root)
+    assert len(versions) == 12 and all(v == {version} for v in versions.values()), versions
+    assert rows_of(ns.to_table()) == rows_of(data)
+
+
+def test_a_stream_write_creates_tables_in_the_namespace_version(ns):
+    """A stream (its partitions' fragments written first, the table committed at publish:
+    write_new_fragments + create_table) makes tables of the namespace's version too."""
+    set_data_storage_version(ns.root, "2.1")
+    data = demo_events(600, days=3)
+    ns.refresh().write(data.to_reader(max_chunksize=150), chunk_rows=150)
+    versions = table_versions(ns.root)
+    assert all(v == {"2.1"} for v in versions.values()), versions
+    assert published_rows(ns.root).column("id").to_pylist() == sorted(data.column("id").to_pylist())
+
+
+@pytest.mark.parametrize("bad", ["2.3", "next", "stable", "legacy", "3", "", 2.1])
+def test_setting_a_bad_version_names_the_key_and_the_value(ns, bad):
+    before = manifest_version(ns.root)
+    with pytest.raises(InvalidArgumentError) as e:
+        set_data_storage_version(ns.root, bad)
+    assert DATA_STORAGE_VERSION_KEY in str(e.value) and repr(bad) in str(e.value)
+    assert manifest_version(ns.root) == before
+
+
+def test_a_bad_stored_value_fails_the_write_before_anything_is_published(ns):
+    """A value another tool put into the metadata: ConfigError naming key and value; the write
+    publishes nothing and no table directory is left behind."""
+    ns.manifest.update(lambda snap: (ManifestChanges(metadata={DATA_STORAGE_VERSION_KEY: "9.9"}), None))
+    before = manifest_version(ns.root)
+    with pytest.raises(ConfigError) as e:
+        ns.refresh().write(demo_events(100, days=1))
+    assert DATA_STORAGE_VERSION_KEY in str(e.value) and "'9.9'" in str(e.value)
+    assert manifest_version(ns.root) == before
+    assert [d for d in os.listdir(ns.root) if d != "__manifest"] == []
+
+
+def test_a_reserved_partition_gets_an_empty_table_of_the_namespace_version(ns):
+    """A partition reserved before it has rows gets an empty table in the namespace's version;
+    rows written into it later, after the property changed, are written in the table's own."""
+    from lancepart.write.reserve import reserve_partitions
+
+    set_data_storage_version(ns.root, "2.1")
+    rows = demo_events(1, days=1)
+    (day, bucket), = expected_keys(rows)
+    res = reserve_partitions(ns.refresh().manifest, ns.current_spec,
+                             [pa.array([day], pa.date32()), pa.array([bucket], pa.int32())], ns.schema)
+    ref = res.tables[0]
+    empty = lance.dataset(join_uri(ns.root, ref.location), version=ref.read_version)
+    assert empty.count_rows() == 0 and empty.data_storage_version == "2.1"
+
+    set_data_storage_version(ns.root, "2.0")
+    ns.refresh().write(rows)
+    assert table_versions(ns.root) == {ref.object_id: {"2.1"}}
+    assert rows_of(ns.to_table()) == rows_of(rows)
+
+
+def test_a_namespace_whose_property_changes_holds_and_reads_a_mix(tmp_path):
+    """Write under 2.1, set the property to 2.0, then write new partitions and append into the
+    old ones: old tables stay 2.1 (appends in the table's own version, Lance file format spec:
+    one version per table), new ones are 2.0. Reads, compaction, delete, merge and a schema
+    change all work across the mix, and each table keeps its version through them."""
+    root = str(tmp_path / "ns")
+    ns = create_events_ns(root)
+    set_data_storage_version(root, "2.1")
+    first = demo_events(600, seed=1, days=3)
+    ns.refresh().write(first)
+    old = table_versions(root)
+    assert all(v == {"2.1"} for v in old.values())
+
+    set_data_storage_version(root, "2.0")
+    second = demo_events(600, seed=2, start_id=600, days=6)  # days 0-2: appends, days 3-5: new tables
+    ns.refresh().write(second)
+    mixed = table_versions(root)
+    new = set(mixed) - set(old)
+    assert new and all(mixed[oid] == {"2.1"} for oid in old), mixed
+    assert all(mixed[oid] == {"2.0"} for oid in new), mixed
+
+    everything = pa.concat_tables([first, second]).sort_by("id")
+    assert rows_of(ns.refresh().to_table()) == rows_of(everything)
+    cutoff = DEMO_START.date() + dt.timedelta(days=3)
+    late = ns.to_table(f"event_date >= date '{cutoff.isoformat()}'")  # the new tables only (pruned)
+    assert late.num_rows == sum(d >= cutoff for d in everything.column("event_date").to_pylist()) > 0
+
+    ns.compact()
+    assert table_versions(root) == mixed  # a rewrite keeps each table's version
+    assert rows_of(ns.refresh().to_table()) == rows_of(everything)
+
+    ns.delete("id % 5 = 0")
+    kept = everything.filter(pa.array(everything.column("id").to_numpy() % 5 != 0))
+    assert published_rows(root).column("id").to_pylist() == kept.column("id").to_pylist()
+
+    # merge: update rows in old and new tables, insert rows into old, new and brand-new partitions
+    changes = demo_events(300, seed=3, start_id=1, days=8)
+    changes = changes.set_column(changes.schema.get_field_index("id"), "id",
+                                 pa.array([i * 4 + 1 for i in range(300)], pa.int64()))
+    changes = changes.set_column(changes.schema.get_field_index("amount"), "amount",
+                                 pa.array([-1.0] * 300))
+    ns.merge(changes, on=["id"])
+    after = table_versions(root)
+    assert all(after[oid] == {"2.1"} for oid in old), after
+    assert all(after[oid] == {"2.0"} for oid in set(after) - set(old)), after
+    assert len(after) > len(mixed)  # days 6-7: tables the merge created, in the namespace's 2.0
+    got = published_rows(root)
+    expect = {i: a for i, a in zip(kept.column("id").to_pylist(), kept.column("amount").to_pylist(), strict=True)}
+    expect.update({i: -1.0 for i in changes.column("id").to_pylist()})
+    assert dict(zip(got.column("id").to_pylist(), got.column("amount").to_pylist(), strict=True)) == expect
+
+    # a schema change rewrites old tables' columns on their next write: still their own version
+    ns.update_schema(add=[pa.field("note", pa.string())])
+    extra = demo_events(200, seed=4, start_id=10_000, days=6)
+    ns.refresh().write(extra.append_column("note", pa.array(["x"] * 200)))
+    final = table_versions(root)
+    assert all(final[oid] == {"2.1"} for oid in old), final
+    assert all(final[oid] == {"2.0"} for oid in set(final) - set(old)), final
+    assert ns.refresh().to_table().num_rows == got.num_rows + 200
+    assert PartitionedNamespace.open(root).verify().ok
+
+
+@pytest.mark.spark
+def test_spark_writes_new_tables_in_the_namespace_version_and_appends_in_their_own(spark, ns):
+    """lps.write: the executors write new tables' fragments in the namespace's version (the
+    driver reads the property once and passes it to every task); appends keep the table's."""
+    from lancepart import spark as lps
+    from tests.test_spark_write import to_df
+
+    set_data_storage_version(ns.root, "2.1")
+    first = demo_events(400, seed=1, days=2)
+    lps.write(to_df(spark, first), ns.root)
+    old = table_versions(ns.root)
+    assert old and all(v == {"2.1"} for v in old.values()), old
+
+    set_data_storage_version(ns.root, "2.2")
+    second = demo_events(400, seed=2, start_id=400, days=4)
+    lps.write(to_df(spark, second), ns.root)
+    after = table_versions(ns.root)
+    assert all(after[oid] == {"2.1"} for oid in old), after
+    assert set(after) > set(old) and all(after[oid] == {"2.2"} for oid in set(after) - set(old)), after
+    assert published_rows(ns.root).column("id").to_pylist() == list(range(800))
+    # the mix read back through Spark (lps.read and the `lancepart` data source)
+    assert sorted(r.id for r in lps.read(spark, ns.root).select("id").collect()) == list(range(800))
+
+    # the data source's write (same task function, no version passed: the task reads the property)
+    third = demo_events(200, seed=3, start_id=800, days=6)
+    to_df(spark, third).write.format("lancepart").mode("append").save(ns.root)
+    final = table_versions(ns.root)
+    assert all(final[oid] == after[oid] for oid in after), final
+    assert set(final) > set(after) and all(final[oid] == {"2.2"} for oid in set(final) - set(after)), final
+    assert spark.read.format("lancepart").load(ns.root).count() == 1000
