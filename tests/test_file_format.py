@@ -89,6 +89,25 @@ def test_a_stream_write_creates_tables_in_the_namespace_version(ns):
     assert published_rows(ns.root).column("id").to_pylist() == sorted(data.column("id").to_pylist())
 
 
+def test_a_property_change_during_a_stream_write_does_not_split_a_new_table(ns):
+    """The property is read once per write: a new table built from the fragments of several
+    chunks has one version even when the property changes between them (Lance file format
+    spec, versions: one version per table)."""
+    first = demo_events(200, days=1)
+    second = demo_events(200, seed=5, start_id=200, days=2)  # the same partitions, and new ones
+    data = pa.concat_tables([first, second])
+
+    def batches():
+        yield from first.to_batches()
+        set_data_storage_version(ns.root, "2.1")  # between the first chunk and the second
+        yield from second.to_batches()
+
+    ns.write(pa.RecordBatchReader.from_batches(data.schema, batches()), chunk_rows=200)
+    versions = table_versions(ns.root)
+    assert versions and all(v == {DEFAULT_DATA_STORAGE_VERSION} for v in versions.values()), versions
+    assert rows_of(ns.to_table()) == rows_of(data)
+
+
 @pytest.mark.parametrize("bad", ["2.3", "next", "stable", "legacy", "3", "", 2.1])
 def test_setting_a_bad_version_names_the_key_and_the_value(ns, bad):
     before = manifest_version(ns.root)

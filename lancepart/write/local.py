@@ -152,9 +152,11 @@ def _write_local(
                                                  if ref is not None], max_retries=max_retries)
             for w in (writes[oids[i]] for i in unseen):
                 w.published = upgraded.get(w.object_id, w.published)
-            # new tables get the namespace's file format version (docs/file-format.md); appends
-            # keep each table's own
-            file_version = data_storage_version(res.snapshot.metadata)
+            # new tables get the namespace's file format version (docs/file-format.md), read once
+            # per write: a table made of several chunks' fragments has one; appends keep each
+            # table's own
+            if file_version is None:
+                file_version = data_storage_version(res.snapshot.metadata)
         phases["reserve_s"] = phases.get("reserve_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_reserve")
 
