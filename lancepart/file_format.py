@@ -23,12 +23,13 @@ from lancepart.errors import ConfigError, InvalidArgumentError
 # __manifest table metadata key: the Lance file format version of the partition tables this
 # namespace creates from now on ("2.0", "2.1" or "2.2")
 DATA_STORAGE_VERSION_KEY = "lancepart.data_storage_version"
-# benchmarks/file_format.py, 1 000 tables x 1 000 rows: 2.0 writes them about 3.5 times
-# faster than 2.1 and 2.2 (pylance 14's default), reads them as fast and passes every feature
-# check; 2.1 / 2.2 files are about 40 % smaller (docs/file-format.md). Writing many small
-# tables is what a partitioned namespace does most: 2.0, and a namespace bound by storage sets
-# the property to 2.1 or 2.2.
-DEFAULT_DATA_STORAGE_VERSION = "2.0"
+# What new partition tables get without the property: 2.2 (pylance 14's own default, named
+# so that a newer pylance does not change it under a namespace). 2.0 writes 1 000 small tables
+# about 3.5 times faster (benchmarks/file_format.py) but cannot store a NULL struct value,
+# which a namespace of any schema may have to take (a nullable struct column, or one added
+# later by a schema change); a namespace that has no struct column and values write speed
+# over size sets the property to 2.0 (docs/file-format.md).
+DEFAULT_DATA_STORAGE_VERSION = "2.2"
 # explicit stable versions only: "stable" / "next" move with pylance, "2.3" and above are
 # unstable development formats, and "legacy" (0.x) is deprecated by Lance
 DATA_STORAGE_VERSIONS = ("2.0", "2.1", "2.2")
@@ -54,7 +55,7 @@ def data_storage_version(metadata: Mapping[str, str]) -> str:
     the value (nothing is written).
 
     >>> data_storage_version({})
-    '2.0'
+    '2.2'
     >>> data_storage_version({"lancepart.data_storage_version": "2.2"})
     '2.2'
     """
@@ -86,9 +87,33 @@ def set_data_storage_version(root: str | os.PathLike[str], version: str,
     from lancepart.manifest import Manifest, ManifestChanges, normalize_root
 
     value = check_data_storage_version(version)
-    Manifest(normalize_root(root), storage_options).update(
-        lambda snap: (ManifestChanges(metadata={DATA_STORAGE_VERSION_KEY: value}), None),
-        what="set data storage version")
+
+    def change(snap):
+        if value == "2.0":
+            from lancepart.schema_evolution import SCHEMA_KEY
+            from lancepart.spec import schema_from_json
+
+            raw = snap.metadata.get(SCHEMA_KEY)
+            structs = [] if raw is None else [f.name for f in schema_from_json(raw) if _has_struct(f.type)]
+            if structs:
+                raise InvalidArgumentError(
+                    f"{DATA_STORAGE_VERSION_KEY}: '2.0' cannot store a NULL value of the struct column(s) {structs} of "
+                    f"this namespace; use 2.1 or 2.2; nothing was changed")
+        return ManifestChanges(metadata={DATA_STORAGE_VERSION_KEY: value}), None
+
+    Manifest(normalize_root(root), storage_options).update(change, what="set data storage version")
+
+
+def _has_struct(t) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_struct(t.value_type)
+    if pa.types.is_map(t):
+        return _has_struct(t.key_type) or _has_struct(t.item_type)
+    return False
 
 
 def table_data_storage_version(ds: lance.LanceDataset) -> str | None:

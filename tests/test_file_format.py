@@ -56,13 +56,38 @@ def rows_of(table: pa.Table) -> list[dict]:
 
 
 def test_new_tables_get_the_default_version(ns):
-    """No property: every new partition table is written in lancepart's default (2.0, chosen
-    from benchmarks/file_format.py), not in pylance's own default."""
-    assert DEFAULT_DATA_STORAGE_VERSION == "2.0"
+    """No property: every new partition table is written in lancepart's default, 2.2 named
+    explicitly (what pylance 14 writes by default; a newer pylance does not change it)."""
+    assert DEFAULT_DATA_STORAGE_VERSION == "2.2"
     ns.write(demo_events(400, days=3))
     versions = table_versions(ns.root)
     assert len(versions) == 12
-    assert all(v == {"2.0"} for v in versions.values()), versions
+    assert all(v == {"2.2"} for v in versions.values()), versions
+
+
+def test_2_0_is_refused_for_a_namespace_with_a_struct_column(tmp_path):
+    """Lance file format 2.0 cannot store a NULL struct value ("does not encode struct
+    validity"): a namespace with a struct column refuses the property 2.0 with a typed error
+    naming the key and the column, and nothing changes; 2.1 is accepted and a NULL struct
+    then writes and reads back (tests/test_spark_read.py's all-types table was refused by a
+    2.0 default)."""
+    from lancepart import PartitionedNamespace
+    from lancepart.errors import InvalidArgumentError
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("day", pa.date32()),
+                        ("point", pa.struct([("x", pa.float64()), ("y", pa.float64())]))])
+    spec = {"id": 1, "fields": [{"field_id": "day", "source_ids": [1], "transform": {"type": "identity"},
+                                 "result_type": {"type": "date32"}}]}
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, spec)
+    before = ns.manifest_version
+    with pytest.raises(InvalidArgumentError, match=r"lancepart.data_storage_version.*'point'"):
+        set_data_storage_version(ns.root, "2.0")
+    assert ns.refresh().manifest_version == before
+    set_data_storage_version(ns.root, "2.1")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "day": pa.array([0, 0], pa.int32()).cast(pa.date32()),
+                     "point": pa.array([{"x": 1.0, "y": 2.0}, None], schema.field("point").type)})
+    ns.refresh().write(rows)
+    assert ns.to_table().sort_by("id").column("point").to_pylist() == [{"x": 1.0, "y": 2.0}, None]
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
