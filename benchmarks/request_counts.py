@@ -15,7 +15,10 @@ the proxy in ONE process.
    partition on 16 threads sharing one ``lance.Session``: the floor).
 
     python benchmarks/request_counts.py [--partitions 50] [--rows 1000] [--wall-rows 500000]
-                                        [--wall-partitions 200] [--rounds 3]
+                                        [--wall-partitions 200] [--rounds 3] [--spark]
+
+``--spark`` adds ``lps.write`` on Spark ``local[*]`` (the cached DataFrame of the same rows) to
+the wall-time rounds.
 
 (Not ``requests.py``: a script directory is first on ``sys.path``, and a module of that name
 would shadow the ``requests`` library for every benchmark run from here.)
@@ -154,6 +157,22 @@ def wall(s3, args) -> dict:
         return {"s": time.perf_counter() - t}
 
     systems = {"lancepart": run_lancepart, "delta-rs": run_delta, "lance (one session, 16 threads)": run_lance}
+    if args.spark:
+        from peers import spark_session
+
+        from lancepart import spark as lps
+
+        spark = spark_session("lancepart-bench-requests")
+        df = spark.createDataFrame(table.to_pandas()).repartition(spark.sparkContext.defaultParallelism).cache()
+        df.count()
+
+        def run_spark() -> dict:
+            ns = PartitionedNamespace.create(s3.new_root(), table.schema, SPEC, storage_options=so)
+            t = time.perf_counter()
+            r = lps.write(df, ns.root, storage_options=so)
+            return {"s": time.perf_counter() - t, "write_s": r.details.get("write_s")}
+
+        systems["lancepart on Spark local[*]"] = run_spark
     times: dict[str, list[dict]] = {s: [] for s in systems}
     names = list(systems)
     for rnd in range(args.rounds + 1):
@@ -178,6 +197,7 @@ def main() -> int:
     ap.add_argument("--wall-partitions", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-wall", action="store_true", help="count requests only")
+    ap.add_argument("--spark", action="store_true", help="also lps.write on Spark local[*] in the wall-time rounds")
     args = ap.parse_args()
     import deltalake  # noqa: F401  (a missing peer fails before any work)
 

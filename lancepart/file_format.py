@@ -127,3 +127,12 @@ def table_data_storage_version(ds: lance.LanceDataset) -> str | None:
         for f in fragment.metadata.files:
             return "legacy" if f.file_major_version == 0 else f"{f.file_major_version}.{f.file_minor_version}"
     return None
+
+
+def fragments_data_storage_version(fragments) -> str | None:
+    """The file format version ``"<major>.<minor>"`` of the data files of ``fragments``
+    (FragmentMetadata), None when there are none (Lance's default then)."""
+    for fragment in fragments:
+        for f in fragment.files:
+            return "legacy" if f.file_major_version == 0 else f"{f.file_major_version}.{f.file_minor_version}"
+    return None

@@ -61,15 +61,25 @@ def write_new_fragments(data: pa.Table, root: str, location: str, schema: pa.Sch
 
 def create_table(root: str, location: str, schema: pa.Schema, fragments: Sequence[FragmentMetadata],
                  storage_options: Mapping[str, str] | None = None) -> int:
-    """Create the partition table at ``location`` (a directory only this write uses) whose first
-    version holds exactly ``fragments``; return that version."""
+    """Create the partition table at ``location`` (a directory only this write uses) whose
+    latest version holds exactly ``fragments``; return that version.
+
+    Made in two commits on the process's Lance session: an empty table (in the file format
+    version of ``fragments``), then the fragments on top. Lance's one-commit create from
+    fragments takes a path, not a session, and builds an object-store client per table: on
+    SeaweedFS 200 such creates took 1.8-2.0 s, the two commits 0.7 s. The empty first version
+    is never published (the ``__manifest`` row names the second)."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
+    from lancepart.file_format import fragments_data_storage_version
     from lancepart.schema_evolution import table_schema
 
-    ds = lance.LanceDataset.commit(uri, LanceOperation.Overwrite(table_schema(schema), list(fragments)),
-                                   storage_options=so,
-                                   commit_lock=commit_lock(uri, so))
+    target = table_schema(schema)
+    lock = commit_lock(uri, so)
+    empty = lance_io.write_dataset(target.empty_table(), uri, mode="create", storage_options=so, commit_lock=lock,
+                                   data_storage_version=fragments_data_storage_version(fragments))
+    ds = lance.LanceDataset.commit(empty, LanceOperation.Overwrite(target, list(fragments)),
+                                   read_version=empty.version, commit_lock=lock)
     return ds.version
 
 
