@@ -240,9 +240,8 @@ def table_error(e: BaseException, root: str, object_id: str, location: str, *, v
     file = f.group(1) if f else None
     if file is None:
         try:
-
             file = unreadable_file(open_table(uri, version=version, storage_options=dict(storage_options or {})
-                                                 or None))
+                                              or None))
         except (OSError, ValueError):
             file = None
     return _corrupt(_where(uri, object_id), file, text)

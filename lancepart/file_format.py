@@ -14,9 +14,10 @@ reader handles (each table is read on its own).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import lance
+from lance.fragment import FragmentMetadata
 
 from lancepart.errors import ConfigError, InvalidArgumentError
 
@@ -123,13 +124,10 @@ def table_data_storage_version(ds: lance.LanceDataset) -> str | None:
 
     >>> # table_data_storage_version(lance_io.open_table(uri))  # "2.1"
     """
-    for fragment in ds.get_fragments():
-        for f in fragment.metadata.files:
-            return "legacy" if f.file_major_version == 0 else f"{f.file_major_version}.{f.file_minor_version}"
-    return None
+    return fragments_data_storage_version(f.metadata for f in ds.get_fragments())
 
 
-def fragments_data_storage_version(fragments) -> str | None:
+def fragments_data_storage_version(fragments: Iterable[FragmentMetadata]) -> str | None:
     """The file format version ``"<major>.<minor>"`` of the data files of ``fragments``
     (FragmentMetadata), None when there are none (Lance's default then)."""
     for fragment in fragments:

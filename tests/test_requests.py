@@ -50,10 +50,13 @@ def test_requests_per_partition_at_the_format_minimum(counted):
     ``_versions/`` before and inside Lance's create, the transaction and the manifest), as plain
     ``lance.write_dataset``. Append into an existing partition: 6 (an open at the published
     version, the data file, the commit's listing and two puts, and the one existence check of
-    the data file before publishing). Delete of 1 % of the rows of tables with two fragments: 8
-    at most (the open, the two data files read, a deletion file each, the commit). On the code before:
-    6.0, 15.0 and 17.0 (a new object-store client per table, each version opened three times,
-    a listing before each commit, the version checked again before publishing)."""
+    the data file before publishing). Delete of 1 % of the rows of tables with two fragments:
+    per table its open and its two data files read, and per table with rows deleted a deletion
+    file per fragment changed and the commit (a listing and two puts). On the code before, the
+    new-partition count here was 6.0 per table (the data file checked again before publishing);
+    benchmarks/request_counts.py measured 15.6 for an append and 17.4 for a delete per
+    partition (a new object-store client per table, each version opened three times, a listing
+    before each commit, the version checked again before publishing)."""
     root, so, counter = counted
     ns = PartitionedNamespace.create(root, data(0).schema, SPEC, storage_options=so)
     counter.take()
@@ -71,6 +74,10 @@ def test_requests_per_partition_at_the_format_minimum(counted):
     result = ns.delete("id % 100 = 7")
     delete, kinds = per_table(counter.take())
     assert result.details["rows_deleted"] == 2 * PARTITIONS * ROWS // 100
-    assert delete <= 8, kinds
+    touched, deletion_files = result.partitions_touched, kinds[("PUT", "_deletions")]
+    assert 0 < touched and deletion_files <= 2 * touched, kinds  # a deletion file per fragment changed
+    # every table: its open and its two fragments read; a table with rows deleted: its deletion
+    # files and its commit (a listing, the transaction, the manifest); nothing else
+    assert delete * PARTITIONS <= PARTITIONS * (1 + 2) + deletion_files + 3 * touched, kinds
     assert ns.to_table().num_rows == 2 * PARTITIONS * ROWS - 2 * PARTITIONS * ROWS // 100
     print(f"requests per partition on SeaweedFS: new {new:.1f}, append {append:.1f}, delete {delete:.1f}")

@@ -1,10 +1,11 @@
 """Spark front end of merge (:mod:`lancepart.write.merge`): ``lps.merge(df, root, on=[...])``.
 
 The driver collects the input's key columns only (refusing NULL and duplicate keys there) and
-ships them to the executors. Each partition table's match (of the tables that can hold the keys,
-:class:`lancepart.write.merge.KeyPruner`, as ``ns.merge`` picks them) (read its published version's key
-columns, hash-join them with the keys) and, for ``when_matched="update"``, its deletion files
-run in a Spark task, one table per item, which returns the deletions and the matched input row
+ships them to the executors. Each partition table that can hold the keys
+(:class:`lancepart.write.merge.KeyPruner`, as ``ns.merge`` picks them) is matched in a Spark
+task, one table per item: it reads its published version's key columns, hash-joins them with
+the keys and, for ``when_matched="update"``, writes its deletion files; it returns the
+deletions and the matched input row
 numbers. The driver refuses a key matching several rows, then one ``mapInArrow`` pass over the
 input keeps the rows to write (matched keys when updating, the others when inserting) and
 writes them with the very task function of ``lps.write`` into their partitions. The driver

@@ -22,10 +22,10 @@ succeeded. Large partitions are split naturally: every task writes its own fragm
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -111,16 +111,12 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
         manifest = Manifest(root, so)
         pending: list[pa.RecordBatch] = []
         size = 0
-        file_version = [data_storage_version] if data_storage_version else []
-        version_lock = threading.Lock()
 
-        def new_table_version() -> str:
-            with version_lock:
-                if not file_version:
-                    from lancepart.file_format import namespace_data_storage_version
+        @functools.cache
+        def new_table_version() -> str:  # read once per task, and only by a task that creates a table
+            from lancepart.file_format import namespace_data_storage_version
 
-                    file_version.append(namespace_data_storage_version(root, so))
-                return file_version[0]
+            return data_storage_version or namespace_data_storage_version(root, so)
 
         def write_group(item: tuple[str, pa.Table, pa.Table]) -> tuple[str, str, int, bytes | None, str]:
             oid, rows, key = item

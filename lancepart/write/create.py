@@ -33,7 +33,7 @@ from lance.fragment import FragmentMetadata, LanceFragment
 from lancepart import ids as _ids
 from lancepart import lance_io
 from lancepart.errors import LancepartError
-from lancepart.file_format import namespace_data_storage_version
+from lancepart.file_format import fragments_data_storage_version
 from lancepart.manifest import Manifest, ManifestConflict, ManifestSnapshot, commit_lock, join_uri
 from lancepart.parallel import map_threads
 from lancepart.spec import PartitionSpec
@@ -48,14 +48,13 @@ def write_new_fragments(data: pa.Table, root: str, location: str, schema: pa.Sch
                         data_storage_version: str | None = None) -> list[FragmentMetadata]:
     """Fragments of ``data`` (at most ``max_rows_per_file`` rows each) in the directory of a
     table that does not exist yet (Lance's ``write_fragments`` would log a warning per call),
-    in the file format version ``data_storage_version`` (None: the namespace's,
-    :mod:`lancepart.file_format`)."""
+    in the file format version ``data_storage_version`` (the namespace's, which the caller read
+    from its snapshot: :func:`lancepart.file_format.data_storage_version`; None: Lance's own)."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    version = data_storage_version or namespace_data_storage_version(root, so)
     step = max(1, max_rows_per_file)
     return [LanceFragment.create(uri, data.slice(start, step), schema=schema, storage_options=so,
-                                 data_storage_version=version, session=lance_io.session())
+                                 data_storage_version=data_storage_version, session=lance_io.session())
             for start in range(0, data.num_rows, step)]
 
 
@@ -72,7 +71,6 @@ def create_table(root: str, location: str, schema: pa.Schema, fragments: Sequenc
     is never published (the ``__manifest`` row names the second)."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    from lancepart.file_format import fragments_data_storage_version
     from lancepart.schema_evolution import table_schema
 
     target = table_schema(schema)
@@ -94,7 +92,6 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     whose rows are all at hand: ``(its fragments, the version created)``."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    version = data_storage_version or namespace_data_storage_version(root, so)
     from lancepart.schema_evolution import table_schema
 
     target = table_schema(schema)
@@ -102,7 +99,7 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     # travel with the rows, or the table is read by the names of the oldest schema
     ds = lance_io.write_dataset(data.replace_schema_metadata(target.metadata), uri, schema=target, mode="create",
                                 max_rows_per_file=max_rows_per_file, storage_options=so,
-                                commit_lock=commit_lock(uri, so), data_storage_version=version)
+                                commit_lock=commit_lock(uri, so), data_storage_version=data_storage_version)
     return [f.metadata for f in ds.get_fragments()], ds.version
 
 

@@ -42,21 +42,21 @@ def _local_path(uri: str) -> str | None:
 
 def check_files_present(
     root: str,
-    tables: Sequence[tuple[str, str, int | None, Sequence[FragmentMetadata]]],
+    tables: Sequence[tuple[str, str, int, Sequence[FragmentMetadata]]],
     storage_options: Mapping[str, str] | None = None,
     *,
     versions: bool = True,
 ) -> None:
     """Raise :class:`DataFilesMissingError` unless, for each ``(object_id, location, version,
-    fragments)``, ``version`` of the table still exists (``None``: a table this write created;
-    not asked when ``versions`` is false) and every data file of ``fragments`` is on storage.
-    Nothing is published yet when this runs, so nothing is.
+    fragments)`` of a table this write committed to, ``version`` still exists (not asked when
+    ``versions`` is false) and every data file of ``fragments`` is on storage. Nothing is
+    published yet when this runs, so nothing is.
 
     What needs no asking (docs/retention.md):
 
-    * a table this write created: its directory is referenced by no ``__manifest`` version
-      until this write publishes it, and cleanup leaves such a directory, files and all, for
-      the retention floor;
+    * the tables this write created (not passed): their directory is referenced by no
+      ``__manifest`` version until this write publishes it, and cleanup leaves such a
+      directory, files and all, for the retention floor;
     * with ``versions=False`` (the first ``__manifest`` commit attempt, on the snapshot the
       versions were committed against), the versions: each is newer than every version a
       retained snapshot pins, which cleanup leaves for the floor; a cleanup may remove one
@@ -68,7 +68,7 @@ def check_files_present(
     """
     so = dict(storage_options) if storage_options else None
 
-    def version_gone(item: tuple[str, str, int | None, Sequence[FragmentMetadata]]) -> bool:
+    def version_gone(item: tuple[str, str, int, Sequence[FragmentMetadata]]) -> bool:
         try:
             open_table(join_uri(root, item[1]), version=item[2], storage_options=so)
         except (OSError, ValueError, RuntimeError) as e:
@@ -77,7 +77,6 @@ def check_files_present(
             return True
         return False
 
-    tables = [t for t in tables if t[2] is not None]  # not the tables this write created
     versioned = tables if versions else []
     for (oid, location, version, _), gone in zip(versioned, map_threads(version_gone, versioned), strict=True):
         if gone:

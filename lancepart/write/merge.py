@@ -60,6 +60,7 @@ from lancepart.errors import (
     RowsOutsideFilterError,
     SchemaChangedError,
 )
+from lancepart.file_format import data_storage_version
 from lancepart.ids import check_location
 from lancepart.lance_io import open_table
 from lancepart.manifest import (
@@ -196,6 +197,7 @@ def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Tab
     oids = groups.table_object_ids
     res = reserve_partitions(manifest, ns_spec, list(groups.key_arrays), schema, max_retries=max_retries,
                              create_missing=False)
+    file_version = data_storage_version(res.snapshot.metadata)  # of the tables this merge creates
     writes = [TableWrite(oid, _ids.table_location(oid), keys=groups.keys.slice(i, 1)) if ref is None
               else TableWrite(ref.object_id, ref.location, published=ref.read_version)
               for i, (oid, ref) in enumerate(zip(oids, res.tables, strict=True))]
@@ -203,7 +205,8 @@ def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Tab
     def one(item: tuple[TableWrite, pa.Table]) -> list[FragmentMetadata]:
         w, part = item
         if w.keys is not None:
-            frags, w.created = create_table_with(part, manifest.root, w.location, schema, max_rows_per_file, so)
+            frags, w.created = create_table_with(part, manifest.root, w.location, schema, max_rows_per_file, so,
+                                                 data_storage_version=file_version)
         else:
             frags = append_fragments(manifest, w.object_id, w.location, part, schema, published=w.published,
                                      max_rows_per_file=max_rows_per_file)

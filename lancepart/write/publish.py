@@ -267,11 +267,9 @@ def publish_changes(
                 done[m.object_id] = m
         faults.checkpoint("after_table_commits")
         changed = [done[o] for o in existing if o not in left_out and done[o].changed]
-        new = [c for c in by_oid.values() if c.created is not None]
         check_files_present(manifest.root, [(m.object_id, location[m.object_id], m.version,
-                                             by_oid[m.object_id].fragments) for m in changed]
-                            + [(c.object_id, c.location, None, c.fragments) for c in new], manifest.storage_options,
-                            versions=state["attempts"] > 1)
+                                             by_oid[m.object_id].fragments) for m in changed],
+                            manifest.storage_options, versions=state["attempts"] > 1)
         state["commit_tables_s"] += time.monotonic() - t
         if not changed and added is None and batch_id is None:
             return None, []

@@ -69,16 +69,14 @@ class Reservation:
 def create_empty_table(root: str, location: str, schema: pa.Schema,
                        storage_options: Mapping[str, str] | None, *, data_storage_version: str | None = None) -> int:
     """Create an empty partition table and return its version. Its file format version is
-    ``data_storage_version`` (None: the namespace's, :mod:`lancepart.file_format`): the rows
-    appended to it later are written in it."""
+    ``data_storage_version`` (the namespace's, read from the caller's snapshot; None: Lance's
+    own): the rows appended to it later are written in it."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    from lancepart.file_format import namespace_data_storage_version
     from lancepart.schema_evolution import table_schema
 
-    version = data_storage_version or namespace_data_storage_version(root, so)
     ds = lance_io.write_dataset(table_schema(schema).empty_table(), uri, mode="create", storage_options=so,
-                                commit_lock=commit_lock(uri, so), data_storage_version=version)
+                                commit_lock=commit_lock(uri, so), data_storage_version=data_storage_version)
     return ds.version
 
 
