@@ -14,6 +14,7 @@
     lancepart drop-partitions ROOT --filter SQL [--dry-run]
     lancepart delete ROOT --filter SQL [--max-retries N]
     lancepart history ROOT [--limit N]
+    lancepart changes ROOT --from N [--to M] [--filter SQL] [--columns C,C...]
     lancepart rollback ROOT --version N [--max-retries N]
     lancepart merge ROOT FILE... --on COL[,COL...] [--when-matched update|ignore] [--batch-id ID]
     lancepart alter ROOT [--add NAME:TYPE] [--rename OLD=NEW] [--drop NAME] [--widen NAME:TYPE]
@@ -90,6 +91,10 @@ def _positive_int(text: str, least: int = 1) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {least}")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    return _positive_int(text, least=0)
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -255,6 +260,32 @@ def _cmd_history(args: argparse.Namespace) -> Any:
             print(f"{e.version:>6}  {e.timestamp.isoformat(timespec='seconds')}  {e.operation}{extra}")
         return None
     return [e.to_dict() for e in entries]
+
+
+def _cmd_changes(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    reader = ns.changes(args.start, args.end, filter=args.filter, columns=columns)
+    counts: dict[str, int] = {}
+    out = [] if args.json else None
+    for batch in reader:
+        for row in batch.to_pylist():
+            counts[row["_change_type"]] = counts.get(row["_change_type"], 0) + 1
+            if out is not None:
+                out.append(row)
+            else:
+                print(json.dumps(row, default=_json_value, ensure_ascii=False))
+    end = args.end if args.end is not None else ns.manifest_version
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no rows changed"
+    _Progress(args.quiet)(f"changes of {ns.root} after version {args.start} up to {end}: {summary}")
+    if out is None:
+        return None
+    return {"root": ns.root, "from": args.start, "to": end, "counts": counts,
+            "rows": json.loads(json.dumps(out, default=_json_value))}
+
+
+def _json_value(v: Any) -> Any:
+    return v.isoformat() if hasattr(v, "isoformat") else str(v)
 
 
 def _cmd_rollback(args: argparse.Namespace) -> Any:
@@ -654,6 +685,18 @@ def build_parser() -> argparse.ArgumentParser:
                          "batch id, rows and partition tables a write published. Each is a snapshot that "
                          "PartitionedNamespace.open(root, version=N) reads; cleanup decides how far back they go.")
     hi.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest versions")
+
+    ch = add("changes", "the change feed: rows each __manifest commit inserted and deleted", _cmd_changes,
+             description="The rows inserted and deleted by each __manifest commit after version N up to M "
+                         "(default: the latest), one JSON object per line with _change_type (insert, delete, "
+                         "update_preimage, update_postimage), _commit_version and _commit_timestamp. Compaction, "
+                         "index builds and schema changes change no row. A range a cleanup removed is an error "
+                         "naming the oldest version the feed reaches.")
+    ch.add_argument("--from", dest="start", required=True, type=_non_negative_int, metavar="N",
+                    help="the version to start after (its own commit is not included)")
+    ch.add_argument("--to", dest="end", type=_positive_int, metavar="M", help="the last version (default: latest)")
+    ch.add_argument("--filter", metavar="SQL", help="only changed rows matching this SQL filter (prunes partitions)")
+    ch.add_argument("--columns", metavar="C,C...", help="only these columns (and the three change columns)")
 
     rb = add("rollback", "publish an older __manifest version's partition tables as a new version", _cmd_rollback,
              description="Make the namespace read as __manifest version N did, in one commit: each partition "

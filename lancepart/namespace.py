@@ -455,10 +455,107 @@ class PartitionedNamespace:
         """
         from lancepart.read.snapshot import scan
 
+        # read whole, with more tables in flight than a stream (to_batches) keeps
         parts, filter, scan_filter = self.scan_plan(filter)
         return scan(self.root, parts, self._schema, filter=filter, columns=columns,
                     storage_options=self.storage_options, scan_filter=scan_filter,
                     namespace_md=self._snapshot.metadata)
+
+    @public_operation("to_batches", publishes=False)
+    def to_batches(self, filter: str | None = None, columns: Sequence[str] | None = None, *,
+                   batch_size: int | None = None) -> pa.RecordBatchReader:
+        """The rows :meth:`to_table` returns, as a stream (a ``pa.RecordBatchReader``): partition
+        table after partition table at its published version, pruned through ``__manifest``, the
+        filter applied exactly batch by batch. A few tables are opened and read ahead on threads;
+        memory stays flat whatever the size of the namespace. The snapshot is the handle's at the
+        call; reading the stream later still reads it (cleanup keeps it while it is retained).
+        ``batch_size``: rows per batch Lance reads (batches after the filter may be smaller).
+
+        >>> # for batch in ns.to_batches("country = 'US'", columns=["id", "amount"]): ...
+        """
+        from lancepart.read.engines import typed_reader
+        from lancepart.read.snapshot import scan_stream
+
+        parts, filter, scan_filter = self.scan_plan(filter)
+        reader = scan_stream(self.root, parts, self._schema, filter=filter, columns=columns,
+                             storage_options=self.storage_options, scan_filter=scan_filter,
+                             namespace_md=self._snapshot.metadata, batch_size=batch_size)
+        return typed_reader(reader, "to_batches", self.root)
+
+    @public_operation("to_pandas", publishes=False)
+    def to_pandas(self, filter: str | None = None, columns: Sequence[str] | None = None) -> Any:
+        """:meth:`to_table` as a pandas DataFrame."""
+        return self.to_table(filter, columns).to_pandas()
+
+    @public_operation("to_polars", publishes=False)
+    def to_polars(self, filter: str | None = None, columns: Sequence[str] | None = None) -> Any:
+        """:meth:`to_table` as a Polars DataFrame (the ``lancepart[polars]`` extra;
+        :class:`MissingDependencyError` naming it when Polars is not installed)."""
+        from lancepart.read.engines import require, to_polars
+
+        require("polars", "polars")
+        return to_polars(self.to_table(filter, columns))
+
+    @public_operation("to_duckdb", publishes=False)
+    def to_duckdb(self, table_name: str, filter: str | None = None, columns: Sequence[str] | None = None,
+                  connection: Any = None) -> Any:
+        """Register the snapshot's rows matching ``filter`` in DuckDB as ``table_name`` (on
+        ``connection``, default DuckDB's default connection, which ``duckdb.sql`` uses) and return
+        the connection. Every query over it streams the partitions again (:meth:`to_batches`, the
+        snapshot of this call), so memory stays flat; the ``lancepart[duckdb]`` extra.
+
+        >>> # ns.to_duckdb("events", "country = 'US'"); duckdb.sql("SELECT count(*) FROM events")
+        """
+        from lancepart.read.engines import require, to_duckdb
+        from lancepart.read.snapshot import read_schema_for, scan_stream
+
+        require("duckdb", "duckdb")
+        parts, filter, scan_filter = self.scan_plan(filter)
+        cols, _ = read_schema_for(self._schema, filter, columns)
+        root, schema, so, md = self.root, self._schema, self.storage_options, self._snapshot.metadata
+
+        def stream() -> pa.RecordBatchReader:
+            from lancepart.read.engines import typed_reader
+
+            return typed_reader(scan_stream(root, parts, schema, filter=filter, columns=cols, storage_options=so,
+                                            scan_filter=scan_filter, namespace_md=md), "to_duckdb", root)
+
+        return to_duckdb(stream, pa.schema([schema.field(c) for c in cols]), table_name, connection)
+
+    @public_operation("sql", publishes=False)
+    def sql(self, query: str, table: str = "t", ctx: Any = None) -> Any:
+        """Run the DataFusion SQL ``query`` with the namespace as ``table`` and return the
+        ``datafusion.DataFrame`` (``.to_arrow_table()``, ``.to_pandas()``, ...). The predicate the
+        query applies to ``table`` prunes partitions through ``__manifest`` before anything is
+        read; DataFusion then runs the whole query. ``ctx``: a ``SessionContext`` of yours to
+        register the table in (it is replaced if already there).
+
+        >>> # ns.sql("SELECT country, sum(amount) FROM events WHERE event_date = DATE '2025-12-10' "
+        >>> #        "GROUP BY country", table="events").to_arrow_table()
+        """
+        from lancepart.read.engines import sql
+
+        return sql(self, query, table, ctx)
+
+    @public_operation("changes", publishes=False)
+    def changes(self, start_version: int, end_version: int | None = None, *, filter: str | None = None,
+                columns: Sequence[str] | None = None) -> pa.RecordBatchReader:
+        """The change feed: the rows inserted and deleted by each ``__manifest`` commit after
+        ``start_version`` up to ``end_version`` (default: this handle's version), streamed commit
+        by commit, with ``_change_type`` (``insert``, ``delete``, and for a merge
+        ``update_preimage`` / ``update_postimage``), ``_commit_version`` and
+        ``_commit_timestamp``. Compaction, index builds and schema upgrades change nothing; a
+        row moved to another partition is a delete and an insert of the same commit. A range a
+        cleanup has cut is :class:`SnapshotExpiredError` naming the oldest version it reaches.
+        ``filter`` prunes through ``__manifest`` and keeps the changed rows matching it.
+
+        >>> # for batch in ns.changes(last_seen, filter="country = 'US'"): ...
+        """
+        from lancepart.read.changes import change_stream
+        from lancepart.read.engines import typed_reader
+
+        return typed_reader(change_stream(self, start_version, end_version, filter=filter, columns=columns),
+                            "changes", self.root)
 
     @public_operation("scan_plan", publishes=False)
     def scan_plan(self, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:

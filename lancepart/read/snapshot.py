@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import datafusion
 import lance
@@ -26,7 +26,7 @@ from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartE
 from lancepart.ids import check_location
 from lancepart.lance_io import open_table
 from lancepart.manifest import is_not_found, join_uri
-from lancepart.parallel import map_threads
+from lancepart.parallel import MAX_WORKERS, stream_in_order
 from lancepart.results import PartitionInfo
 
 log = logging.getLogger("lancepart.read")
@@ -118,54 +118,154 @@ def apply_filter(table: pa.Table, filter: str) -> pa.Table:
     return out.cast(table.schema) if out.num_rows else table.schema.empty_table()
 
 
-def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,
-         columns: Sequence[str] | None = None, storage_options: Mapping[str, str] | None = None,
-         scan_filter: str | None = None, namespace_md: Mapping[str, str] | None = None) -> pa.Table:
-    """Concatenate the published rows of ``partitions`` that match ``filter``, projected to
-    ``columns``. ``scan_filter`` (an inclusive form of ``filter``) and the columns the filter
-    needs are pushed into each Lance scan; ``filter`` is then applied exactly.
+SCAN_BATCH_ROWS = 65_536  # rows per batch Lance's scanner yields (and to_batches' default)
+TABLES_IN_FLIGHT = 4  # partition tables a streaming read keeps open and reading ahead
+BATCHES_AHEAD = 2  # batches each of them may hold ready before its turn
 
-    A table written under an older namespace schema is read in the current one, by field id
-    (:mod:`lancepart.schema_evolution`; ``namespace_md`` are the root properties): renamed
-    columns under their new names, widened ones cast, missing ones NULL, dropped ones left out;
-    the filter is not pushed into such a table (its column names may mean other fields)."""
+
+def read_schema_for(schema: pa.Schema, filter: str | None,
+                    columns: Sequence[str] | None) -> tuple[list[str], pa.Schema]:
+    """``(output columns, columns to read)`` of a read of ``columns`` (all when None) with
+    ``filter``: the read adds the columns the filter needs. Unknown or repeated columns are an
+    :class:`InvalidArgumentError` naming them."""
     from lancepart.predicates import filter_columns
-    from lancepart.schema_evolution import conform, is_current, source_columns
 
-    namespace_md = dict(namespace_md or {})
-
+    if isinstance(columns, str):
+        raise InvalidArgumentError(f"columns must be a list of column names, got the string {columns!r}")
     cols = list(columns) if columns is not None else list(schema.names)
     unknown = [c for c in cols if c not in schema.names]
     if unknown:
         raise InvalidArgumentError(f"columns {unknown} are not in the namespace schema {schema.names}")
+    if len(set(cols)) != len(cols):
+        raise InvalidArgumentError(f"columns {cols} name a column twice")
+    if not filter:
+        return cols, pa.schema([schema.field(c) for c in cols])
     needed = set(cols) | set(filter_columns(filter, schema))
-    read_cols = cols if not filter else [n for n in schema.names if n in needed]
-    read_schema = pa.schema([schema.field(c) for c in read_cols])
+    return cols, pa.schema([f for f in schema if f.name in needed])
 
-    def read(info: PartitionInfo) -> pa.Table:
-        ds = open_published(root, info, storage_options)
-        if ds is None:  # declared, not created yet: no rows
-            return read_schema.empty_table()
-        # a data file gone or undecodable: a typed error naming the table and the file
-        mapping = None
-        if not is_current(ds.schema, namespace_md, schema):  # written under an older namespace schema
-            mapping = source_columns(ds.schema, namespace_md, schema, read_cols)
-        table_cols = read_cols if mapping is None else [c for c in mapping.values() if c is not None]
+
+def table_batches(root: str, info: PartitionInfo, schema: pa.Schema, read_schema: pa.Schema, *,
+                  scan_filter: str | None = None, storage_options: Mapping[str, str] | None = None,
+                  namespace_md: Mapping[str, str] | None = None, fragments: Sequence[int] | None = None,
+                  batch_size: int = SCAN_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The published rows of one partition table (or of its ``fragments``) as batches of
+    ``read_schema`` (a projection of the namespace ``schema``), streamed from Lance's scanner with
+    ``scan_filter`` (an inclusive form of the read's filter) pushed into it. The exact filter is
+    the caller's to apply.
+
+    A table written under an older namespace schema is read in the current one, by field id
+    (:mod:`lancepart.schema_evolution`; ``namespace_md`` are the root properties): renamed
+    columns under their new names, widened ones cast, missing ones NULL, dropped ones left out;
+    the filter is not pushed into such a table (its column names may mean other fields). A data
+    file gone or undecodable is a typed error naming the table and the file."""
+    from lancepart.schema_evolution import conform, is_current, source_columns
+
+    ds = open_published(root, info, storage_options)
+    if ds is None:  # declared, not created yet: no rows
+        return
+    md = dict(namespace_md or {})
+    mapping = None
+    if not is_current(ds.schema, md, schema):  # written under an older namespace schema
+        mapping = source_columns(ds.schema, md, schema, read_schema.names)
+        scan_filter = None  # its column names may mean other fields
+    table_cols = read_schema.names if mapping is None else [c for c in mapping.values() if c is not None]
+    frags = [ds.get_fragment(i) for i in fragments] if fragments is not None else None
+    uri = join_uri(root, info.location)
+    reader = None
+    with storage_errors(uri, table=info.object_id, reading=True):
+        if scan_filter is not None:
+            try:
+                reader = ds.scanner(columns=table_cols, filter=scan_filter, fragments=frags,
+                                    batch_size=batch_size).to_reader()
+            except ValueError as e:  # Lance's planner refused it; the exact filter still applies
+                log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
+        if reader is None:
+            reader = ds.scanner(columns=table_cols, fragments=frags, batch_size=batch_size).to_reader()
+    batches = iter(reader)
+    while True:
         try:
-            with storage_errors(join_uri(root, info.location), table=info.object_id, reading=True):
-                t = scan_table(ds, table_cols, scan_filter if mapping is None else None)
+            with storage_errors(uri, table=info.object_id, reading=True):
+                batch = next(batches, None)
         except CorruptTableError as e:
             bad = unreadable_file(ds, table_cols)
             if bad is None or bad in str(e):
                 raise
             raise CorruptTableError(f"{e} (the unreadable file is {bad})") from e
+        if batch is None:
+            return
+        if not batch.num_rows:
+            continue
         if mapping is not None:
-            return conform(t, mapping, read_schema)
-        return t.select(read_schema.names).cast(read_schema)
+            yield from conform(pa.Table.from_batches([batch]), mapping, read_schema).to_batches()
+        else:
+            yield batch.select(read_schema.names).cast(read_schema)
 
-    # Opening a table costs a few object-store round trips: overlap them (order is kept).
-    tables = map_threads(read, partitions)
-    out = pa.concat_tables(tables) if tables else read_schema.empty_table()
-    if filter:
-        out = apply_filter(out, filter)
-    return out.select(cols)
+
+def filtered(batches: Iterable[pa.RecordBatch], read_schema: pa.Schema, filter: str | None, cols: Sequence[str],
+             *, batch_size: int = SCAN_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """``batches`` (of ``read_schema``) with ``filter`` applied exactly and projected to ``cols``.
+    Small batches are gathered up to ``batch_size`` rows before the filter runs (one DataFusion
+    call per gathered chunk, not per table), so memory holds one chunk."""
+    if not filter:
+        for b in batches:
+            yield b.select(cols) if b.schema.names != list(cols) else b
+        return
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+
+    def flush() -> Iterator[pa.RecordBatch]:
+        out = apply_filter(pa.Table.from_batches(pending, schema=read_schema), filter).select(cols)
+        pending.clear()
+        for b in out.to_batches(max_chunksize=batch_size):
+            if b.num_rows:
+                yield b
+
+    for b in batches:
+        pending.append(b)
+        rows += b.num_rows
+        if rows >= batch_size:
+            yield from flush()
+            rows = 0
+    if pending:
+        yield from flush()
+
+
+def scan_stream(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,
+                columns: Sequence[str] | None = None, storage_options: Mapping[str, str] | None = None,
+                scan_filter: str | None = None, namespace_md: Mapping[str, str] | None = None,
+                batch_size: int | None = None) -> pa.RecordBatchReader:
+    """The published rows of ``partitions`` that match ``filter``, projected to ``columns``, as
+    a stream: partition table after partition table, in order, with :data:`TABLES_IN_FLIGHT`
+    tables opened and read ahead on threads and at most :data:`BATCHES_AHEAD` batches waiting
+    for each, so memory stays flat whatever the size of the namespace. ``scan_filter`` and the
+    columns the filter needs are pushed into each Lance scan (:func:`table_batches`); ``filter``
+    is then applied exactly with DataFusion's semantics (:func:`filtered`)."""
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        raise InvalidArgumentError(f"batch_size must be a positive number of rows, got {batch_size!r}")
+    size = batch_size or SCAN_BATCH_ROWS
+    cols, read_schema = read_schema_for(schema, filter, columns)
+    out_schema = pa.schema([schema.field(c) for c in cols])
+
+    def one(info: PartitionInfo) -> Iterator[pa.RecordBatch]:
+        return table_batches(root, info, schema, read_schema, scan_filter=scan_filter,
+                             storage_options=storage_options, namespace_md=namespace_md, batch_size=size)
+
+    stream = stream_in_order(one, partitions, window=TABLES_IN_FLIGHT, buffered=BATCHES_AHEAD)
+    return pa.RecordBatchReader.from_batches(out_schema, filtered(stream, read_schema, filter, cols, batch_size=size))
+
+
+def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, filter: str | None = None,
+         columns: Sequence[str] | None = None, storage_options: Mapping[str, str] | None = None,
+         scan_filter: str | None = None, namespace_md: Mapping[str, str] | None = None) -> pa.Table:
+    """:func:`scan_stream`, read whole (``ns.to_table``). More tables are read ahead than a
+    stream keeps (the result is in memory anyway); the filter runs per gathered chunk."""
+    cols, read_schema = read_schema_for(schema, filter, columns)
+    out_schema = pa.schema([schema.field(c) for c in cols])
+
+    def one(info: PartitionInfo) -> Iterator[pa.RecordBatch]:
+        return table_batches(root, info, schema, read_schema, scan_filter=scan_filter,
+                             storage_options=storage_options, namespace_md=namespace_md)
+
+    stream = stream_in_order(one, partitions, window=MAX_WORKERS, buffered=1_000_000)
+    batches = list(filtered(stream, read_schema, filter, cols, batch_size=1 << 62))
+    return pa.Table.from_batches(batches, schema=out_schema) if batches else out_schema.empty_table()

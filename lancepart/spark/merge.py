@@ -56,6 +56,7 @@ from lancepart.write.merge import (
     check_keys,
     check_merge_args,
     key_values,
+    merge_properties,
 )
 from lancepart.write.plan import check_schema
 from lancepart.write.publish import fragments_from_json
@@ -175,7 +176,7 @@ def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_n
         try:
             result = apply_change(ns, plan.evaluate, plan.candidates, what="merge", batch_id=batch_id,
                                   max_retries=max_retries, max_rows_per_file=max_rows_per_file, write=write,
-                                  started=started, phases=phases)
+                                  started=started, phases=phases, properties=merge_properties(on))
         finally:
             for b in shipped_keys:
                 b.destroy()

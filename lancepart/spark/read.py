@@ -228,56 +228,16 @@ def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: 
                  scan_filter: str | None, columns: Sequence[str] | None,
                  so: Mapping[str, str] | None) -> Iterator[pa.RecordBatch]:
     """The published rows of one task's table (or fragments) matching ``filter``, projected to
-    ``columns``: exactly what :func:`lancepart.read.snapshot.scan` returns for that table, as a
-    stream. ``scan_filter`` (the inclusive form of ``filter``) and the columns the filter needs
-    are pushed into the Lance scanner; the filter is then applied exactly, batch by batch."""
-    from lancepart.error_mapping import storage_errors
-    from lancepart.manifest import join_uri
-    from lancepart.predicates import filter_columns
-    from lancepart.read.snapshot import apply_filter, open_published
+    ``columns``: exactly what :meth:`PartitionedNamespace.to_batches` streams for that table
+    (:func:`lancepart.read.snapshot.table_batches`, then the exact filter per gathered chunk)."""
+    from lancepart.read.snapshot import filtered, read_schema_for, table_batches
+    from lancepart.schema_evolution import legacy_md
 
-    cols = list(columns) if columns is not None else list(schema.names)
-    needed = set(cols) | set(filter_columns(filter, schema))
-    read_schema = pa.schema([f for f in schema if f.name in needed]) if filter else output_schema(schema, cols)
-    info = info_from_json(task)
-    ds = open_published(root, info, so)
-    if ds is None:  # declared, not created yet: no rows
-        return
-    frags = task.get("fragments")
-    fragments = [ds.get_fragment(i) for i in frags] if frags is not None else None
-    from lancepart.schema_evolution import conform as in_current_schema
-    from lancepart.schema_evolution import is_current, legacy_md, source_columns
-
-    mapping = None  # a table written under an older namespace schema: its columns by field id
-    if not is_current(ds.schema, legacy_md(schema), schema):
-        mapping = source_columns(ds.schema, legacy_md(schema), schema, read_schema.names)
-        scan_filter = None  # its column names may mean other fields
-    table_cols = read_schema.names if mapping is None else [c for c in mapping.values() if c is not None]
-    reader = None
-    if scan_filter is not None:
-        try:
-            reader = ds.scanner(columns=table_cols, filter=scan_filter, fragments=fragments,
-                                batch_size=SCAN_BATCH_ROWS).to_reader()
-        except ValueError as e:  # Lance's planner refused it; the exact filter below still applies
-            log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
-    if reader is None:
-        reader = ds.scanner(columns=table_cols, fragments=fragments, batch_size=SCAN_BATCH_ROWS).to_reader()
-    batches = iter(reader)
-    while True:
-        # a data file gone or undecodable: a typed error naming the table and the file (on the executor)
-        with storage_errors(join_uri(root, info.location), table=info.object_id, reading=True):
-            batch = next(batches, None)
-        if batch is None:
-            break
-        if not batch.num_rows:
-            continue
-        table = pa.Table.from_batches([batch])
-        if mapping is not None:
-            table = in_current_schema(table, mapping, read_schema)
-        table = table.select(read_schema.names).cast(read_schema)
-        if filter:
-            table = apply_filter(table, filter)
-        yield from table.select(cols).to_batches()
+    cols, read_schema = read_schema_for(schema, filter, columns)
+    stream = table_batches(root, info_from_json(task), schema, read_schema, scan_filter=scan_filter,
+                           storage_options=so, namespace_md=legacy_md(schema), fragments=task.get("fragments"),
+                           batch_size=SCAN_BATCH_ROWS)
+    yield from filtered(stream, read_schema, filter, cols, batch_size=SCAN_BATCH_ROWS)
 
 
 def _read_task(root: str, schema_bytes: bytes, filter: str | None, scan_filter: str | None,

@@ -34,6 +34,7 @@ their new published version (an append commutes). After ``max_retries`` redos,
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -226,15 +227,17 @@ WriteRows = Callable[[Evaluation, ManifestSnapshot], tuple[list[TableWrite], int
 def apply_change(ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Evaluation],
                  candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None = None,
                  max_retries: int = 20, max_rows_per_file: int = 1_048_576, write: WriteRows | None = None,
-                 fixed_writes: bool = False, started: float | None = None, phases: dict[str, Any] | None = None
-                 ) -> CommitResult:
+                 fixed_writes: bool = False, started: float | None = None, phases: dict[str, Any] | None = None,
+                 properties: Mapping[str, str] | None = None) -> CommitResult:
     """Evaluate a change on the latest snapshot, write its rows, commit each touched table and
     publish everything in one ``__manifest`` commit; evaluate again when a candidate moved.
 
     ``write`` writes the rows elsewhere (``lancepart.spark.merge``: in Spark tasks); default
     :func:`write_rows` on local threads. ``fixed_writes``: ``write`` returns the same writes on
     every attempt (rows written once, before the change: the data source's replaceWhere), so
-    the tables they created are kept for the next attempt (adopted there if needed)."""
+    the tables they created are kept for the next attempt (adopted there if needed). ``properties``
+    go with the ``__manifest`` commit (a merge records its keys: the change feed pairs an updated
+    row's old and new images by them)."""
     started = time.monotonic() if started is None else started
     manifest, schema, spec = ns.manifest, ns.schema, ns.current_spec
     if batch_id is not None:
@@ -263,7 +266,8 @@ def apply_change(ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Eva
             write_s = time.monotonic() - t
             retries += reserve_retries
             snap2, outcome, commit_retries = _publish(manifest, spec, schema, ev, writes, candidates, what=what,
-                                                      batch_id=batch_id, max_retries=max_retries)
+                                                      batch_id=batch_id, max_retries=max_retries,
+                                                      properties=properties)
         except (_Stale, SchemaChangedError) as e:  # a schema change: the rows are converted on the next attempt
             if fixed_writes and isinstance(e, SchemaChangedError):
                 raise  # rows written once, before the change (the data source's tasks): the caller writes again
@@ -302,7 +306,7 @@ def apply_change(ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Eva
 
 def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, writes: list[TableWrite],
              candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None,
-             max_retries: int) -> tuple[ManifestSnapshot, Any, int]:
+             max_retries: int, properties: Mapping[str, str] | None = None) -> tuple[ManifestSnapshot, Any, int]:
     """The evaluation's changes (rows removed and rows added per table) through the one publish
     path; :class:`_Stale` when a table it read moved (it is evaluated again)."""
     deletions = {oid: d for oid, d in ev.deletions.items() if d.updated or d.removed}
@@ -330,7 +334,7 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
 
     props = {OPERATION_PROPERTY: what, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
              PARTITIONS_PROPERTY: str(len(set(by_oid) | set(deletions))),
-             ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in deletions.values()))}
+             ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in deletions.values())), **(properties or {})}
     changes = [change(o) for o in sorted(set(by_oid) | set(deletions))]
     # a merge that changes nothing publishes nothing, its batch id included (it was checked unpublished)
     pub = publish_changes(manifest, changes, what=what, properties=props, batch_id=batch_id if changes else None,
@@ -340,6 +344,14 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
 
 
 # ---------------------------------------------------------------------------------------- merge
+MERGE_KEYS_PROPERTY = "lancepart.merge_on"
+
+
+def merge_properties(on: Sequence[str]) -> dict[str, str]:
+    """The ``__manifest`` commit properties of a merge on ``on``: its keys (JSON)."""
+    return {MERGE_KEYS_PROPERTY: json.dumps(list(on))}
+
+
 def _read_input(data: Any, schema: pa.Schema) -> pa.Table:
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
@@ -637,7 +649,7 @@ def merge(ns: NamespaceHandle, data: Any, on: Sequence[str], when_matched: str =
 
     plan = MergePlan(rows, on, when_matched, when_not_matched, match_tables, rows=rows, schema=schema)
     return apply_change(ns, plan.evaluate, plan.candidates, what="merge", batch_id=batch_id, max_retries=max_retries,
-                        max_rows_per_file=max_rows_per_file)
+                        max_rows_per_file=max_rows_per_file, properties=merge_properties(on))
 
 
 # ------------------------------------------------------------------------------- replace-where

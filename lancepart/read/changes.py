@@ -1,0 +1,287 @@
+"""The change feed: the rows each ``__manifest`` commit inserted and deleted (docs/reading.md).
+
+Derived from what the spec already records, commit by commit: ``__manifest`` version ``v`` pins
+each partition table's ``read_version`` (or branch/tag), so what commit ``v`` changed is the
+difference between the tables pinned at ``v - 1`` and at ``v``:
+
+* a table pinned at ``v`` only: its rows are inserts; pinned at ``v - 1`` only: deletes;
+* a table whose pin moved: its fragments at the two versions are compared. A fragment only in the
+  new version (new data files) holds inserts, one only in the old version holds deletes; a fragment
+  in both whose deletion file changed holds, as deletes, the rows alive in the old version and
+  deleted in the new one (and as inserts the reverse, which only a rollback produces).
+
+Fragments are told apart by id *and* data file (an overwrite may reuse a fragment id). Lance's
+own row-version metadata (``_row_created_at_version``) is not used: it exists only in tables with
+stable row ids, which partition tables do not enable, and it would say which *table* version
+made a row, not which ``__manifest`` commit published it (a table version can be published
+later, or never).
+
+Commits that change no row are skipped without reading anything: compaction, index builds and
+drops, schema upgrades, spec evolution, properties. A merge records its keys in its commit; an
+old and a new row of the same partition table with the same key in one merge commit are an
+``update_preimage`` and an ``update_postimage`` (keys are unique per table in a merge, so the pair
+is exact). A row moved to another partition is a delete and an insert of the same commit.
+
+With a filter, the feed is the change feed of the filtered rows: an updated row whose new image no
+longer matches shows only its old image, as a delete (and the reverse as an insert). Rows are in
+the namespace schema of ``end_version`` (a renamed column under its new name, a dropped one left
+out) with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
+from lancepart.manifest import OPERATION_PROPERTY, Manifest, join_uri
+from lancepart.results import PartitionInfo
+
+CHANGE_COLUMNS = [
+    pa.field("_change_type", pa.utf8(), nullable=False),
+    pa.field("_commit_version", pa.int64(), nullable=False),
+    pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+]
+
+# lancepart.operation values of commits that change no row
+_NO_ROW_CHANGE = ("compaction publish", "upgrade table schema", "update_schema", "index maintenance",
+                  "create_index ", "drop_index ", "evolve to v", "partition columns of v", "publish partition_spec",
+                  "set ", "partition reservation", "V1 to V2 migration")
+
+
+def changes_nothing(operation: str | None) -> bool:
+    """Whether a commit labelled ``operation`` changes no row (compaction, index, schema, spec and
+    property commits).
+
+    >>> changes_nothing("compaction publish"), changes_nothing("merge")
+    (True, False)
+    """
+    return operation is not None and operation.startswith(_NO_ROW_CHANGE)
+
+
+@dataclass
+class Commit:
+    version: int
+    timestamp: datetime
+    operation: str | None
+    merge_on: list[str] | None
+
+
+def _commits(manifest: Manifest, start: int, end: int) -> list[Commit]:
+    """The commits after ``start`` up to ``end``, checked to be retained."""
+    from lancepart.history import retained_versions
+
+    ds = manifest.dataset()
+    retained = dict(retained_versions(ds))
+    oldest = min(retained)
+    latest = max(retained)
+    if end > latest:
+        raise InvalidArgumentError(f"end_version={end}: the latest __manifest version of {manifest.root} is {latest}")
+    gone = [v for v in range(max(start, 1), end + 1) if v not in retained]
+    if gone:
+        raise SnapshotExpiredError(
+            f"changes from version {start} of {manifest.root}: __manifest version {gone[0]} is gone (a cleanup "
+            f"removed it); the change feed reaches back to version {oldest}: start from version {oldest} or later")
+    out = []
+    for v in range(start + 1, end + 1):
+        try:
+            props = dict(ds.read_transaction(v).transaction_properties or {})
+        except (OSError, ValueError, AttributeError):
+            props = {}
+        on = props.get("lancepart.merge_on")
+        out.append(Commit(v, retained[v], props.get(OPERATION_PROPERTY), json.loads(on) if on else None))
+    return out
+
+
+def _pins(manifest: Manifest, version: int, ns: Any, filter: str | None) -> dict[str, PartitionInfo]:
+    """The partition tables ``__manifest`` version ``version`` publishes that may hold rows
+    matching ``filter`` (none before the namespace's spec was recorded)."""
+    from lancepart.ids import SPEC_KEY_PREFIX
+
+    if version < 1:
+        return {}
+    snap = manifest.snapshot(version)
+    if not any(k.startswith(SPEC_KEY_PREFIX) for k in snap.metadata):
+        return {}
+    tables = snap.table_pins()
+    if filter:
+        from lancepart.read.prune import prune
+
+        tables = prune(filter, ns.schema, ns.specs, tables).kept
+    return {p.object_id: p for p in ns._partition_infos(tables)}
+
+
+def _same_pin(a: PartitionInfo, b: PartitionInfo) -> bool:
+    return (a.location, a.read_version, a.read_branch, a.read_tag) == (b.location, b.read_version, b.read_branch,
+                                                                        b.read_tag)
+
+
+def _key(frag: Any) -> tuple[int, str]:
+    md = frag.metadata
+    files = md.files
+    return md.id, files[0].path if files else ""
+
+
+def _deletion(frag: Any) -> Any:
+    d = frag.metadata.deletion_file
+    return None if d is None else (d.id, d.read_version, d.file_type)
+
+
+def _live_addresses(ds: lance.LanceDataset, frag: Any) -> pa.Array:
+    t = ds.scanner(columns=[], with_row_address=True, fragments=[frag]).to_table()
+    return t.column("_rowaddr").combine_chunks()
+
+
+class _TableReader:
+    """Rows of one partition table at one version, in the feed's read schema."""
+
+    def __init__(self, root: str, info: PartitionInfo, schema: pa.Schema, read_schema: pa.Schema,
+                 namespace_md: Mapping[str, str], so: Mapping[str, str] | None) -> None:
+        from lancepart.read.snapshot import open_published
+        from lancepart.schema_evolution import is_current, source_columns
+
+        self.info = info
+        self.read_schema = read_schema
+        self.ds = open_published(root, info, so)
+        self.mapping = None
+        if self.ds is not None and not is_current(self.ds.schema, namespace_md, schema):
+            self.mapping = source_columns(self.ds.schema, namespace_md, schema, read_schema.names)
+        self.uri = join_uri(root, info.location)
+
+    def fragments(self) -> dict[tuple[int, str], Any]:
+        return {} if self.ds is None else {_key(f): f for f in self.ds.get_fragments()}
+
+    def read(self, frags: Sequence[Any] | None = None, addresses: pa.Array | None = None) -> pa.Table:
+        """The live rows of ``frags`` (all when None), only those at ``addresses`` when given."""
+        from lancepart.error_mapping import storage_errors
+        from lancepart.schema_evolution import conform
+
+        if self.ds is None or (frags is not None and not frags):
+            return self.read_schema.empty_table()
+        cols = (self.read_schema.names if self.mapping is None
+                else [c for c in self.mapping.values() if c is not None])
+        with storage_errors(self.uri, table=self.info.object_id, reading=True):
+            t = self.ds.scanner(columns=cols, fragments=list(frags) if frags is not None else None,
+                                with_row_address=addresses is not None).to_table()
+        if addresses is not None:
+            t = t.filter(pc.is_in(t.column("_rowaddr"), value_set=addresses)).drop_columns(["_rowaddr"])
+        if self.mapping is not None:
+            return conform(t, self.mapping, self.read_schema)
+        return t.select(self.read_schema.names).cast(self.read_schema)
+
+
+def _table_changes(old: _TableReader | None, new: _TableReader | None) -> tuple[pa.Table, pa.Table]:
+    """``(deleted rows, inserted rows)`` between a table's old and new pinned versions."""
+    if new is None:
+        return old.read(), old.read_schema.empty_table()
+    if old is None:
+        return new.read_schema.empty_table(), new.read()
+    was, now = old.fragments(), new.fragments()
+    deleted = [old.read([was[k] for k in was if k not in now])]
+    inserted = [new.read([now[k] for k in now if k not in was])]
+    for k in was.keys() & now.keys():
+        if _deletion(was[k]) == _deletion(now[k]):
+            continue
+        before, after = _live_addresses(old.ds, was[k]), _live_addresses(new.ds, now[k])
+        gone = pc.filter(before, pc.invert(pc.is_in(before, value_set=after)))
+        back = pc.filter(after, pc.invert(pc.is_in(after, value_set=before)))
+        if len(gone):
+            deleted.append(old.read([was[k]], gone))
+        if len(back):
+            inserted.append(new.read([now[k]], back))
+    return pa.concat_tables(deleted), pa.concat_tables(inserted)
+
+
+def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[tuple[pa.Table, str]]:
+    """The deleted and inserted rows of one table in one commit, labelled; with merge keys ``on``,
+    rows of a key both deleted and inserted are an update's pre- and post-image."""
+    if not on or not deleted.num_rows or not inserted.num_rows or any(c not in deleted.column_names for c in on):
+        return [(deleted, "delete"), (inserted, "insert")]
+    from lancepart.write.merge import comparable_keys
+
+    def keys(t: pa.Table) -> pa.Array:
+        k = comparable_keys(t.select(on), on)
+        valid = pc.and_kleene(*[pc.is_valid(k.column(c)) for c in on]) if len(on) > 1 else pc.is_valid(k.column(0))
+        packed = pa.array([json.dumps(r, default=str, sort_keys=True) for r in k.to_pylist()], pa.utf8())
+        return pc.if_else(valid, packed, pa.scalar(None, pa.utf8()))
+
+    dk, ik = keys(deleted), keys(inserted)
+    d_upd = pc.fill_null(pc.is_in(dk, value_set=ik), False)
+    i_upd = pc.fill_null(pc.is_in(ik, value_set=dk), False)
+    return [(deleted.filter(pc.invert(d_upd)), "delete"), (deleted.filter(d_upd), "update_preimage"),
+            (inserted.filter(i_upd), "update_postimage"), (inserted.filter(pc.invert(i_upd)), "insert")]
+
+
+def change_stream(ns: Any, start_version: int, end_version: int | None = None, *, filter: str | None = None,
+                  columns: Sequence[str] | None = None, stats: dict[str, Any] | None = None
+                  ) -> pa.RecordBatchReader:
+    """The change feed of ``ns`` (a handle on the latest or any later version) after
+    ``start_version`` up to ``end_version`` (default: the handle's version). ``stats`` receives
+    per-commit figures (tables compared, rows, seconds)."""
+    from lancepart.read.snapshot import apply_filter, read_schema_for
+
+    for name, v in (("start_version", start_version), ("end_version", end_version)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise InvalidArgumentError(f"{name} must be a non-negative integer, got {v!r}")
+    end = ns.manifest_version if end_version is None else end_version
+    if start_version > end:
+        raise InvalidArgumentError(f"start_version={start_version} is after end_version={end}")
+    schema = ns.schema
+    cols, read_schema = read_schema_for(schema, filter, columns)
+    commits = _commits(ns.manifest, start_version, end)
+    if filter:
+        ns.scan_plan(filter)  # a filter that cannot be used is refused now, not while the stream is read
+    keys_needed = {c for commit in commits for c in (commit.merge_on or []) if c in schema.names}
+    read_schema = pa.schema([f for f in schema if f.name in set(read_schema.names) | keys_needed])
+    out_schema = pa.schema([schema.field(c) for c in cols] + CHANGE_COLUMNS)
+    md = ns.snapshot().metadata
+    root, so, manifest = ns.root, ns.storage_options, ns.manifest
+    figures = stats if stats is not None else {}
+    figures.setdefault("commits", [])
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        prev: dict[str, PartitionInfo] | None = None
+        prev_version = None
+        for commit in commits:
+            started = time.monotonic()
+            if changes_nothing(commit.operation):
+                figures["commits"].append({"version": commit.version, "operation": commit.operation, "skipped": True})
+                continue
+            if prev is None or prev_version != commit.version - 1:
+                prev = _pins(manifest, commit.version - 1, ns, filter)
+            cur = _pins(manifest, commit.version, ns, filter)
+            prev_version = commit.version
+            touched = [o for o in sorted(prev.keys() | cur.keys())
+                       if o not in prev or o not in cur or not _same_pin(prev[o], cur[o])]
+            rows = 0
+            for oid in touched:
+                old = _TableReader(root, prev[oid], schema, read_schema, md, so) if oid in prev else None
+                new = _TableReader(root, cur[oid], schema, read_schema, md, so) if oid in cur else None
+                deleted, inserted = _table_changes(old, new)
+                if filter:
+                    deleted, inserted = apply_filter(deleted, filter), apply_filter(inserted, filter)
+                for rows_of, kind in _label(deleted, inserted, commit.merge_on):
+                    if not rows_of.num_rows:
+                        continue
+                    rows += rows_of.num_rows
+                    n = rows_of.num_rows
+                    out = rows_of.select(cols)
+                    out = out.append_column(CHANGE_COLUMNS[0], pa.array([kind] * n, pa.utf8()))
+                    out = out.append_column(CHANGE_COLUMNS[1], pa.array([commit.version] * n, pa.int64()))
+                    out = out.append_column(CHANGE_COLUMNS[2], pa.array([commit.timestamp] * n,
+                                                                         CHANGE_COLUMNS[2].type))
+                    yield from out.cast(out_schema).to_batches()
+            figures["commits"].append({"version": commit.version, "operation": commit.operation,
+                                       "tables": len(touched), "rows": rows,
+                                       "seconds": round(time.monotonic() - started, 4)})
+            prev = cur
+
+    return pa.RecordBatchReader.from_batches(out_schema, batches())
