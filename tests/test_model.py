@@ -10,6 +10,8 @@ in-memory oracle and checks, after every step, that what is published is what th
   foreign ``DirectoryNamespace`` strip then repair, and a fault right before the ``__manifest``
   commit). The oracle is the list of published rows (by field id, each with the partition it
   belongs to), the expected schema and specs, and the rows of every ``__manifest`` version seen.
+* after every commit, the change feed of that commit (``ns.changes(v - 1, v)``) must turn the
+  rows the previous version read into the rows this one reads.
 * its concurrent twin (:func:`test_model_concurrent`, ``--stress``): real processes running
   random operations on one namespace; the oracle is rebuilt afterwards from the operations that
   reported success, in the commit order ``ns.history()`` gives.
@@ -518,13 +520,45 @@ class NamespaceModel(RuleBasedStateMachine):
                 self.fail(f"{what}: __manifest version {v} reads other rows than the oracle: "
                           f"{multiset_diff(got, want)}")
             self.recorded[v] = Rec(must, fids, got)
+            self.check_change_feed(v, h)
             return
         for s in states:
             if s.render(fids) == got:
                 self.recorded[v] = Rec(s, fids, got)
+                self.check_change_feed(v, h)
                 return
         self.fail(f"{what}: intermediate __manifest version {v} shows neither the state before nor after it: "
                   f"{multiset_diff(got, states[-1].render(fids))}")
+
+    def check_change_feed(self, v: int, h: PartitionedNamespace) -> None:
+        """The change feed of commit ``v`` (``h.changes(v - 1, v)``) turns what version ``v - 1``
+        read into what ``v`` reads: every row it deletes was published at ``v - 1``. A commit that
+        changed the schema changes no row (the views of both versions are compared in their own
+        columns, so only when the columns are the same)."""
+        prev = self.recorded.get(v - 1)
+        if prev is None:
+            return
+        feed = h.changes(v - 1, v).read_all()
+        kinds = feed.column("_change_type").to_pylist()
+        data = feed.drop_columns(["_change_type", "_commit_version", "_commit_timestamp"])
+        rows = [tuple(r) for r in zip(*[data.column(i).to_pylist() for i in range(data.num_columns)], strict=True)] \
+            if data.num_columns else []
+        if prev.fids != self.recorded[v].fids:
+            if feed.num_rows:
+                self.fail(f"change feed of version {v}: a schema change changed no row, the feed has {feed.num_rows}")
+            return
+        key = lambda r: tuple(_enc(x) for x in r)  # noqa: E731
+        state = Counter(key(r) for r in prev.view)
+        deleted = Counter(key(r) for r, k in zip(rows, kinds, strict=True) if k in ("delete", "update_preimage"))
+        inserted = Counter(key(r) for r, k in zip(rows, kinds, strict=True) if k in ("insert", "update_postimage"))
+        if deleted - state:
+            self.fail(f"change feed of version {v}: deletes rows version {v - 1} did not publish: "
+                      f"{show(list(deleted - state))}")
+        if state - deleted + inserted != Counter(key(r) for r in self.recorded[v].view):
+            back = {key(r): r for r in [*rows, *self.recorded[v].view, *prev.view]}
+            got = [back[k] for k, n in (state - deleted + inserted).items() for _ in range(n)]
+            self.fail(f"change feed of version {v}: version {v - 1} with its deletes and inserts is not version {v}: "
+                      f"{multiset_diff(got, self.recorded[v].view)}")
 
     def check_recorded_versions(self) -> None:
         retained = {int(x["version"]) for x in lance.dataset(join_uri(self.root, "__manifest")).versions()}
