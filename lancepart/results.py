@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -164,3 +165,15 @@ class VerifyReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, **asdict(self)}
+
+
+def info_to_json(info: PartitionInfo, **extra: Any) -> dict[str, Any]:
+    """What another process (a Spark executor) needs to open one partition table at its
+    published version."""
+    return {"object_id": info.object_id, "location": info.location, "spec_id": info.spec_id,
+            "read_version": info.read_version, "read_branch": info.read_branch, "read_tag": info.read_tag, **extra}
+
+
+def info_from_json(d: Mapping[str, Any]) -> PartitionInfo:
+    return PartitionInfo(object_id=d["object_id"], location=d["location"], spec_id=d["spec_id"], values={},
+                         read_version=d["read_version"], read_branch=d["read_branch"], read_tag=d["read_tag"])

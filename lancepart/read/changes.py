@@ -31,10 +31,9 @@ out) with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import lance
@@ -220,68 +219,139 @@ def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[
             (inserted.filter(i_upd), "update_postimage"), (inserted.filter(pc.invert(i_upd)), "insert")]
 
 
-def change_stream(ns: Any, start_version: int, end_version: int | None = None, *, filter: str | None = None,
-                  columns: Sequence[str] | None = None, stats: dict[str, Any] | None = None
-                  ) -> pa.RecordBatchReader:
-    """The change feed of ``ns`` (a handle on the latest or any later version) after
-    ``start_version`` up to ``end_version`` (default: the handle's version). ``stats`` receives
-    per-commit figures (tables compared, rows, seconds)."""
-    from lancepart.read.snapshot import apply_filter, read_schema_for
+@dataclass
+class ChangeTask:
+    """The changes one commit made to one partition table: its pins before and after (None: not
+    published there). Another process (a Spark executor) runs it from :meth:`to_json`."""
 
+    version: int
+    timestamp: datetime
+    merge_on: list[str] | None
+    old: PartitionInfo | None
+    new: PartitionInfo | None
+
+    def to_json(self) -> dict[str, Any]:
+        from lancepart.results import info_to_json
+
+        return {"version": self.version, "timestamp": self.timestamp.isoformat(), "merge_on": self.merge_on,
+                "old": info_to_json(self.old) if self.old else None,
+                "new": info_to_json(self.new) if self.new else None}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ChangeTask:
+        from lancepart.results import info_from_json
+
+        return cls(d["version"], datetime.fromisoformat(d["timestamp"]), d["merge_on"],
+                   info_from_json(d["old"]) if d["old"] else None, info_from_json(d["new"]) if d["new"] else None)
+
+
+@dataclass
+class ChangePlan:
+    """What a change feed reads: the tasks in commit order, the schemas, and per commit figures."""
+
+    tasks: list[ChangeTask]
+    schema: pa.Schema  # the namespace schema the rows are read in
+    read_schema: pa.Schema  # columns read: the output, the filter's and the merge keys
+    columns: list[str]
+    filter: str | None
+    namespace_md: dict[str, str]
+    commits: list[dict[str, Any]]
+
+    @property
+    def out_schema(self) -> pa.Schema:
+        return pa.schema([self.schema.field(c) for c in self.columns] + CHANGE_COLUMNS)
+
+
+def _check_versions(start_version: Any, end_version: Any, latest: int) -> int:
     for name, v in (("start_version", start_version), ("end_version", end_version)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
             raise InvalidArgumentError(f"{name} must be a non-negative integer, got {v!r}")
-    end = ns.manifest_version if end_version is None else end_version
+    end = latest if end_version is None else end_version
     if start_version > end:
         raise InvalidArgumentError(f"start_version={start_version} is after end_version={end}")
+    return end
+
+
+def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *, filter: str | None = None,
+                 columns: Sequence[str] | None = None, snapshot_at: int | None = None) -> ChangePlan:
+    """The tasks of the change feed of ``ns`` after ``start_version`` up to ``end_version``
+    (default: the handle's version), from ``__manifest`` alone (one read per commit; no partition
+    table is opened). ``snapshot_at``: instead, every row published at that version as an
+    insert of it (a stream's first micro-batch)."""
+    from lancepart.read.snapshot import read_schema_for
+
+    if filter is not None and not filter.strip():
+        filter = None
     schema = ns.schema
     cols, read_schema = read_schema_for(schema, filter, columns)
-    commits = _commits(ns.manifest, start_version, end)
     if filter:
         ns.scan_plan(filter)  # a filter that cannot be used is refused now, not while the stream is read
+    manifest = ns.manifest
+    if snapshot_at is not None:
+        commits = _commits(manifest, snapshot_at - 1, snapshot_at) if snapshot_at > 1 else []
+        ts = commits[0].timestamp if commits else datetime.now(UTC)
+        pins = _pins(manifest, snapshot_at, ns, filter)
+        tasks = [ChangeTask(snapshot_at, ts, None, None, pins[o]) for o in sorted(pins)]
+        return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata),
+                          [{"version": snapshot_at, "operation": "snapshot", "tables": len(tasks)}])
+    end = _check_versions(start_version, end_version, ns.manifest_version)
+    commits = _commits(manifest, start_version, end)
     keys_needed = {c for commit in commits for c in (commit.merge_on or []) if c in schema.names}
     read_schema = pa.schema([f for f in schema if f.name in set(read_schema.names) | keys_needed])
-    out_schema = pa.schema([schema.field(c) for c in cols] + CHANGE_COLUMNS)
-    md = ns.snapshot().metadata
-    root, so, manifest = ns.root, ns.storage_options, ns.manifest
-    figures = stats if stats is not None else {}
-    figures.setdefault("commits", [])
+    tasks: list[ChangeTask] = []
+    figures: list[dict[str, Any]] = []
+    prev: dict[str, PartitionInfo] | None = None
+    prev_version = None
+    for commit in commits:
+        if changes_nothing(commit.operation):
+            figures.append({"version": commit.version, "operation": commit.operation, "tables": 0})
+            continue
+        if prev is None or prev_version != commit.version - 1:
+            prev = _pins(manifest, commit.version - 1, ns, filter)
+        cur = _pins(manifest, commit.version, ns, filter)
+        prev_version = commit.version
+        touched = [o for o in sorted(prev.keys() | cur.keys())
+                   if o not in prev or o not in cur or not _same_pin(prev[o], cur[o])]
+        tasks += [ChangeTask(commit.version, commit.timestamp, commit.merge_on, prev.get(o), cur.get(o))
+                  for o in touched]
+        figures.append({"version": commit.version, "operation": commit.operation, "tables": len(touched)})
+        prev = cur
+    return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata), figures)
 
-    def batches() -> Iterator[pa.RecordBatch]:
-        prev: dict[str, PartitionInfo] | None = None
-        prev_version = None
-        for commit in commits:
-            started = time.monotonic()
-            if changes_nothing(commit.operation):
-                figures["commits"].append({"version": commit.version, "operation": commit.operation, "skipped": True})
-                continue
-            if prev is None or prev_version != commit.version - 1:
-                prev = _pins(manifest, commit.version - 1, ns, filter)
-            cur = _pins(manifest, commit.version, ns, filter)
-            prev_version = commit.version
-            touched = [o for o in sorted(prev.keys() | cur.keys())
-                       if o not in prev or o not in cur or not _same_pin(prev[o], cur[o])]
-            rows = 0
-            for oid in touched:
-                old = _TableReader(root, prev[oid], schema, read_schema, md, so) if oid in prev else None
-                new = _TableReader(root, cur[oid], schema, read_schema, md, so) if oid in cur else None
-                deleted, inserted = _table_changes(old, new)
-                if filter:
-                    deleted, inserted = apply_filter(deleted, filter), apply_filter(inserted, filter)
-                for rows_of, kind in _label(deleted, inserted, commit.merge_on):
-                    if not rows_of.num_rows:
-                        continue
-                    rows += rows_of.num_rows
-                    n = rows_of.num_rows
-                    out = rows_of.select(cols)
-                    out = out.append_column(CHANGE_COLUMNS[0], pa.array([kind] * n, pa.utf8()))
-                    out = out.append_column(CHANGE_COLUMNS[1], pa.array([commit.version] * n, pa.int64()))
-                    out = out.append_column(CHANGE_COLUMNS[2], pa.array([commit.timestamp] * n,
-                                                                         CHANGE_COLUMNS[2].type))
-                    yield from out.cast(out_schema).to_batches()
-            figures["commits"].append({"version": commit.version, "operation": commit.operation,
-                                       "tables": len(touched), "rows": rows,
-                                       "seconds": round(time.monotonic() - started, 4)})
-            prev = cur
 
-    return pa.RecordBatchReader.from_batches(out_schema, batches())
+def run_task(root: str, task: ChangeTask, plan: ChangePlan, storage_options: Mapping[str, str] | None = None
+             ) -> Iterator[pa.RecordBatch]:
+    """The change rows of one task, in ``plan.out_schema``."""
+    from lancepart.read.snapshot import apply_filter
+
+    schema, read_schema, md = plan.schema, plan.read_schema, plan.namespace_md
+    old = _TableReader(root, task.old, schema, read_schema, md, storage_options) if task.old else None
+    new = _TableReader(root, task.new, schema, read_schema, md, storage_options) if task.new else None
+    deleted, inserted = _table_changes(old, new)
+    if plan.filter:
+        deleted, inserted = apply_filter(deleted, plan.filter), apply_filter(inserted, plan.filter)
+    out_schema = plan.out_schema
+    for rows_of, kind in _label(deleted, inserted, task.merge_on):
+        n = rows_of.num_rows
+        if not n:
+            continue
+        out = rows_of.select(plan.columns)
+        out = out.append_column(CHANGE_COLUMNS[0], pa.array([kind] * n, pa.utf8()))
+        out = out.append_column(CHANGE_COLUMNS[1], pa.array([task.version] * n, pa.int64()))
+        out = out.append_column(CHANGE_COLUMNS[2], pa.array([task.timestamp] * n, CHANGE_COLUMNS[2].type))
+        yield from out.cast(out_schema).to_batches()
+
+
+def change_stream(ns: Any, start_version: int, end_version: int | None = None, *, filter: str | None = None,
+                  columns: Sequence[str] | None = None) -> pa.RecordBatchReader:
+    """The change feed of ``ns`` (a handle on the latest or any later version) after
+    ``start_version`` up to ``end_version`` (default: the handle's version), planned now (errors
+    about the range are raised here) and read as the stream is consumed, commit after commit,
+    a few tables ahead on threads."""
+    from lancepart.parallel import stream_in_order
+    from lancepart.read.snapshot import TABLES_IN_FLIGHT
+
+    plan = plan_changes(ns, start_version, end_version, filter=filter, columns=columns)
+    root, so = ns.root, ns.storage_options
+    stream = stream_in_order(lambda t: run_task(root, t, plan, so), plan.tasks, window=TABLES_IN_FLIGHT)
+    return pa.RecordBatchReader.from_batches(plan.out_schema, stream)

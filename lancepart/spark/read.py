@@ -36,6 +36,8 @@ from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
+from lancepart.results import info_from_json as info_from_json  # re-exported
+from lancepart.results import info_to_json as info_to_json  # re-exported
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 
@@ -150,17 +152,6 @@ def empty_frame(spark, struct):
         return spark.createDataFrame(spark.sparkContext.emptyRDD(), struct)
     except Exception:  # Spark Connect has no SparkContext
         return spark.createDataFrame([], struct)
-
-
-def info_to_json(info: PartitionInfo, **extra: Any) -> dict[str, Any]:
-    """What an executor needs to open one partition table at its published version."""
-    return {"object_id": info.object_id, "location": info.location, "spec_id": info.spec_id,
-            "read_version": info.read_version, "read_branch": info.read_branch, "read_tag": info.read_tag, **extra}
-
-
-def info_from_json(d: Mapping[str, Any]) -> PartitionInfo:
-    return PartitionInfo(object_id=d["object_id"], location=d["location"], spec_id=d["spec_id"], values={},
-                         read_version=d["read_version"], read_branch=d["read_branch"], read_tag=d["read_tag"])
 
 
 def output_schema(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
