@@ -261,6 +261,26 @@ class ChangePlan:
     def out_schema(self) -> pa.Schema:
         return pa.schema([self.schema.field(c) for c in self.columns] + CHANGE_COLUMNS)
 
+    def to_json(self) -> dict[str, Any]:
+        """Everything but the tasks and figures: what each task needs to run elsewhere."""
+        import base64
+
+        def enc(s: pa.Schema) -> str:
+            return base64.b64encode(s.serialize().to_pybytes()).decode()
+
+        return {"schema": enc(self.schema), "read_schema": enc(self.read_schema), "columns": self.columns,
+                "filter": self.filter, "namespace_md": self.namespace_md}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ChangePlan:
+        import base64
+
+        def dec(text: str) -> pa.Schema:
+            return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+        return cls([], dec(d["schema"]), dec(d["read_schema"]), list(d["columns"]), d["filter"],
+                   dict(d["namespace_md"]), [])
+
 
 def _check_versions(start_version: Any, end_version: Any, latest: int) -> int:
     for name, v in (("start_version", start_version), ("end_version", end_version)):
@@ -288,8 +308,9 @@ def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *,
         ns.scan_plan(filter)  # a filter that cannot be used is refused now, not while the stream is read
     manifest = ns.manifest
     if snapshot_at is not None:
-        commits = _commits(manifest, snapshot_at - 1, snapshot_at) if snapshot_at > 1 else []
-        ts = commits[0].timestamp if commits else datetime.now(UTC)
+        from lancepart.history import retained_versions
+
+        ts = dict(retained_versions(manifest.dataset())).get(snapshot_at) or datetime.now(UTC)
         pins = _pins(manifest, snapshot_at, ns, filter)
         tasks = [ChangeTask(snapshot_at, ts, None, None, pins[o]) for o in sorted(pins)]
         return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata),

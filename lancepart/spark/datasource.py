@@ -13,6 +13,9 @@ the same paths as :func:`lancepart.spark.write` and :func:`lancepart.spark.read`
   (SQL) prunes partition tables through ``__manifest`` for the whole DataFrame
   (:meth:`PartitionedNamespace.scan_plan`) and is applied exactly on the executors by
   :func:`lancepart.spark.read.scan_batches`. One input partition per kept partition table.
+* ``option("readChangeFeed", "true").option("startingVersion", N)`` reads the change feed and
+  ``spark.readStream.format("lancepart").load(root)`` is a streaming source
+  (:mod:`lancepart.spark.changes`).
 * ``df.writeStream.format("lancepart").option("checkpointLocation", dir).start(root)``: each
   micro-batch publishes with the batch id ``spark-streaming:<query id>:<batch id>``, so a
   micro-batch Spark replays after a crash (published, not yet in the checkpoint's commit log)
@@ -80,7 +83,7 @@ RESULTS_DIR_ENV = "LANCEPART_RESULTS_DIR"
 
 # options the data source reads itself; every other one is a storage option (Spark lower-cases keys)
 OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file", "version", "split_rows", "spec",
-           "result_path", "replacewhere", "filter")
+           "result_path", "replacewhere", "filter", "readchangefeed", "startingversion", "endingversion")
 # options Spark itself passes along, never storage options
 SPARK_OPTIONS = ("checkpointlocation", "paths")
 
@@ -663,12 +666,24 @@ class LancepartDataSource(DataSource):
         return NAME
 
     def schema(self):
+        from lancepart.spark.changes import change_feed, change_schema
         from lancepart.spark.read import spark_schema
 
-        return spark_schema(_open(self.options, self.load_version).schema)
+        ns_schema = _open(self.options, self.load_version).schema
+        return spark_schema(change_schema(ns_schema) if change_feed(self.options) else ns_schema)
 
-    def reader(self, schema) -> LancepartReader:
+    def reader(self, schema) -> DataSourceReader:
+        from lancepart.spark.changes import ChangeFeedReader, change_feed
+
+        if change_feed(self.options):
+            return ChangeFeedReader(self.options, schema, self.load_version)
         return LancepartReader(self.options, schema, self.load_version)
+
+    def streamReader(self, schema):
+        """``spark.readStream.format("lancepart").load(root)`` (:mod:`lancepart.spark.changes`)."""
+        from lancepart.spark.changes import LancepartStreamReader
+
+        return LancepartStreamReader(self.options, schema)
 
     def writer(self, schema, overwrite: bool) -> LancepartWriter:
         return LancepartWriter(self.options, schema, overwrite)
