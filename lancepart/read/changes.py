@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -139,6 +140,11 @@ def _live_addresses(ds: lance.LanceDataset, frag: Any) -> pa.Array:
     return t.column("_rowaddr").combine_chunks()
 
 
+def _deleted_rows(frag: Any) -> int:
+    d = frag.metadata.deletion_file
+    return 0 if d is None else (d.num_deleted_rows or 0)
+
+
 class _TableReader:
     """Rows of one partition table at one version, in the feed's read schema."""
 
@@ -158,8 +164,10 @@ class _TableReader:
     def fragments(self) -> dict[tuple[int, str], Any]:
         return {} if self.ds is None else {_key(f): f for f in self.ds.get_fragments()}
 
-    def read(self, frags: Sequence[Any] | None = None, addresses: pa.Array | None = None) -> pa.Table:
-        """The live rows of ``frags`` (all when None), only those at ``addresses`` when given."""
+    def read(self, frags: Sequence[Any] | None = None, *, only: pa.Array | None = None,
+             without: pa.Array | None = None) -> pa.Table:
+        """The live rows of ``frags`` (all when None); with ``only``, those at these row
+        addresses; with ``without``, those not at these."""
         from lancepart.error_mapping import storage_errors
         from lancepart.schema_evolution import conform
 
@@ -167,36 +175,50 @@ class _TableReader:
             return self.read_schema.empty_table()
         cols = (self.read_schema.names if self.mapping is None
                 else [c for c in self.mapping.values() if c is not None])
+        by_address = only is not None or without is not None
         with storage_errors(self.uri, table=self.info.object_id, reading=True):
             t = self.ds.scanner(columns=cols, fragments=list(frags) if frags is not None else None,
-                                with_row_address=addresses is not None).to_table()
-        if addresses is not None:
-            t = t.filter(pc.is_in(t.column("_rowaddr"), value_set=addresses)).drop_columns(["_rowaddr"])
+                                with_row_address=by_address).to_table()
+        if by_address:
+            hit = pc.is_in(t.column("_rowaddr"), value_set=only if only is not None else without)
+            t = t.filter(hit if only is not None else pc.invert(hit)).drop_columns(["_rowaddr"])
         if self.mapping is not None:
             return conform(t, self.mapping, self.read_schema)
         return t.select(self.read_schema.names).cast(self.read_schema)
 
 
-def _table_changes(old: _TableReader | None, new: _TableReader | None) -> tuple[pa.Table, pa.Table]:
-    """``(deleted rows, inserted rows)`` between a table's old and new pinned versions."""
+def _table_changes(old: _TableReader | None, new: _TableReader | None, *, forward: bool = True
+                   ) -> Iterator[tuple[str, pa.Table]]:
+    """``("delete" | "insert", rows)`` pieces between a table's old and new pinned versions, a
+    fragment at a time (memory holds one fragment). ``forward``: the new version descends from
+    the old one (deletion files only grow); a rollback's does not, and each changed fragment is
+    compared both ways."""
     if new is None:
-        return old.read(), old.read_schema.empty_table()
+        for f in old.fragments().values():
+            yield "delete", old.read([f])
+        return
     if old is None:
-        return new.read_schema.empty_table(), new.read()
+        for f in new.fragments().values():
+            yield "insert", new.read([f])
+        return
     was, now = old.fragments(), new.fragments()
-    deleted = [old.read([was[k] for k in was if k not in now])]
-    inserted = [new.read([now[k] for k in now if k not in was])]
+    for k in was:
+        if k not in now:
+            yield "delete", old.read([was[k]])
     for k in was.keys() & now.keys():
         if _deletion(was[k]) == _deletion(now[k]):
             continue
-        before, after = _live_addresses(old.ds, was[k]), _live_addresses(new.ds, now[k])
-        gone = pc.filter(before, pc.invert(pc.is_in(before, value_set=after)))
-        back = pc.filter(after, pc.invert(pc.is_in(after, value_set=before)))
-        if len(gone):
-            deleted.append(old.read([was[k]], gone))
-        if len(back):
-            inserted.append(new.read([now[k]], back))
-    return pa.concat_tables(deleted), pa.concat_tables(inserted)
+        after = _live_addresses(new.ds, now[k])
+        # rows alive before and deleted now: one scan of the old fragment against the new live set
+        yield "delete", old.read([was[k]], without=after)
+        if not forward or _deleted_rows(now[k]) < _deleted_rows(was[k]):
+            before = _live_addresses(old.ds, was[k])
+            back = pc.filter(after, pc.invert(pc.is_in(after, value_set=before)))
+            if len(back):
+                yield "insert", new.read([now[k]], only=back)
+    for k in now:
+        if k not in was:
+            yield "insert", new.read([now[k]])
 
 
 def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[tuple[pa.Table, str]]:
@@ -206,15 +228,14 @@ def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[
         return [(deleted, "delete"), (inserted, "insert")]
     from lancepart.write.merge import comparable_keys
 
-    def keys(t: pa.Table) -> pa.Array:
-        k = comparable_keys(t.select(on), on)
-        valid = pc.and_kleene(*[pc.is_valid(k.column(c)) for c in on]) if len(on) > 1 else pc.is_valid(k.column(0))
-        packed = pa.array([json.dumps(r, default=str, sort_keys=True) for r in k.to_pylist()], pa.utf8())
-        return pc.if_else(valid, packed, pa.scalar(None, pa.utf8()))
-
-    dk, ik = keys(deleted), keys(inserted)
-    d_upd = pc.fill_null(pc.is_in(dk, value_set=ik), False)
-    i_upd = pc.fill_null(pc.is_in(ik, value_set=dk), False)
+    # a key both deleted and inserted, compared as the merge compared it (a join: NULL keys never match)
+    d_rows = pa.array(np.arange(deleted.num_rows, dtype=np.int64))
+    i_rows = pa.array(np.arange(inserted.num_rows, dtype=np.int64))
+    dk = comparable_keys(deleted.select(on), on).append_column("_d", d_rows)
+    ik = comparable_keys(inserted.select(on), on).append_column("_i", i_rows)
+    pairs = dk.join(ik, keys=list(on), join_type="inner")
+    d_upd = pc.is_in(d_rows, value_set=pairs.column("_d").combine_chunks())
+    i_upd = pc.is_in(i_rows, value_set=pairs.column("_i").combine_chunks())
     return [(deleted.filter(pc.invert(d_upd)), "delete"), (deleted.filter(d_upd), "update_preimage"),
             (inserted.filter(i_upd), "update_postimage"), (inserted.filter(pc.invert(i_upd)), "insert")]
 
@@ -229,11 +250,13 @@ class ChangeTask:
     merge_on: list[str] | None
     old: PartitionInfo | None
     new: PartitionInfo | None
+    operation: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         from lancepart.results import info_to_json
 
         return {"version": self.version, "timestamp": self.timestamp.isoformat(), "merge_on": self.merge_on,
+                "operation": self.operation,
                 "old": info_to_json(self.old) if self.old else None,
                 "new": info_to_json(self.new) if self.new else None}
 
@@ -242,7 +265,8 @@ class ChangeTask:
         from lancepart.results import info_from_json
 
         return cls(d["version"], datetime.fromisoformat(d["timestamp"]), d["merge_on"],
-                   info_from_json(d["old"]) if d["old"] else None, info_from_json(d["new"]) if d["new"] else None)
+                   info_from_json(d["old"]) if d["old"] else None, info_from_json(d["new"]) if d["new"] else None,
+                   d.get("operation"))
 
 
 @dataclass
@@ -333,8 +357,8 @@ def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *,
         prev_version = commit.version
         touched = [o for o in sorted(prev.keys() | cur.keys())
                    if o not in prev or o not in cur or not _same_pin(prev[o], cur[o])]
-        tasks += [ChangeTask(commit.version, commit.timestamp, commit.merge_on, prev.get(o), cur.get(o))
-                  for o in touched]
+        tasks += [ChangeTask(commit.version, commit.timestamp, commit.merge_on, prev.get(o), cur.get(o),
+                             commit.operation) for o in touched]
         figures.append({"version": commit.version, "operation": commit.operation, "tables": len(touched)})
         prev = cur
     return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata), figures)
@@ -348,18 +372,25 @@ def run_task(root: str, task: ChangeTask, plan: ChangePlan, storage_options: Map
     schema, read_schema, md = plan.schema, plan.read_schema, plan.namespace_md
     old = _TableReader(root, task.old, schema, read_schema, md, storage_options) if task.old else None
     new = _TableReader(root, task.new, schema, read_schema, md, storage_options) if task.new else None
-    deleted, inserted = _table_changes(old, new)
-    if plan.filter:
-        deleted, inserted = apply_filter(deleted, plan.filter), apply_filter(inserted, plan.filter)
+    forward = not (task.operation or "").startswith("rollback")
+    pieces = _table_changes(old, new, forward=forward)
+    if task.merge_on:  # an update's two images are paired over the whole table's changes
+        pieces = list(pieces)
+        deleted = pa.concat_tables([t for k, t in pieces if k == "delete"] or [read_schema.empty_table()])
+        inserted = pa.concat_tables([t for k, t in pieces if k == "insert"] or [read_schema.empty_table()])
+        if plan.filter:
+            deleted, inserted = apply_filter(deleted, plan.filter), apply_filter(inserted, plan.filter)
+        labelled = _label(deleted, inserted, task.merge_on)
+    else:
+        labelled = ((apply_filter(t, plan.filter) if plan.filter else t, kind) for kind, t in pieces)
     out_schema = plan.out_schema
-    for rows_of, kind in _label(deleted, inserted, task.merge_on):
+    for rows_of, kind in labelled:
         n = rows_of.num_rows
         if not n:
             continue
         out = rows_of.select(plan.columns)
-        out = out.append_column(CHANGE_COLUMNS[0], pa.array([kind] * n, pa.utf8()))
-        out = out.append_column(CHANGE_COLUMNS[1], pa.array([task.version] * n, pa.int64()))
-        out = out.append_column(CHANGE_COLUMNS[2], pa.array([task.timestamp] * n, CHANGE_COLUMNS[2].type))
+        for f, value in zip(CHANGE_COLUMNS, (kind, task.version, task.timestamp), strict=True):
+            out = out.append_column(f, pa.repeat(pa.scalar(value, f.type), n))
         yield from out.cast(out_schema).to_batches()
 
 

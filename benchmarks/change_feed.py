@@ -1,0 +1,111 @@
+"""Cost of the change feed per commit: ``ns.changes(v - 1, v)`` for an append, a delete and a merge,
+with delta-rs beside it reading its change data feed (``DeltaTable.load_cdf``) of the same commit
+on the same rows (a Delta table partitioned by ``event_date``, ``delta.enableChangeDataFeed``).
+
+Each round makes one commit of each kind on both tables, then times reading that commit's feed
+on both (interleaved, alternating order). Medians per kind, the machine and the versions printed.
+
+    python benchmarks/change_feed.py [--rows 1000000] [--days 30] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+
+
+def table(rng: np.random.Generator, start: int, n: int, days: int, schema: pa.Schema) -> pa.Table:
+    return pa.table({
+        "id": pa.array(np.arange(start, start + n), pa.int64()),
+        "event_date": pa.array(rng.integers(20_000, 20_000 + days, n).astype(np.int32)).view(pa.date32()),
+        "country": pa.array(rng.choice(["US", "FR", "DE", "JP", "BR", "IN"], n)),
+        "user_id": pa.array(rng.integers(0, 1_000_000, n), pa.int64()),
+        "amount": pa.array(rng.random(n) * 100),
+    }, schema=schema)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--days", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+
+    from deltalake import DeltaTable, write_deltalake
+    from machine_info import machine
+
+    from lancepart import PartitionedNamespace
+
+    schema = pa.schema([pa.field("id", pa.int64(), False), ("event_date", pa.date32()), ("country", pa.utf8()),
+                        ("user_id", pa.int64()), ("amount", pa.float64())])
+    spec = {"id": 1, "fields": [
+        {"field_id": "event_date", "source_ids": [1], "transform": {"type": "identity"},
+         "result_type": {"type": "date32"}},
+        {"field_id": "user_bucket", "source_ids": [3], "transform": {"type": "bucket", "num_buckets": 4},
+         "result_type": {"type": "int32"}}]}
+    rng = np.random.default_rng(5)
+    times: dict[str, list[float]] = {}
+    rows: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="lancepart-cdf-") as d:
+        ns = PartitionedNamespace.create(f"{d}/ns", schema, spec)
+        base = table(rng, 0, args.rows, args.days, schema)
+        ns.write(base)
+        write_deltalake(f"{d}/delta", base, partition_by=["event_date"],
+                        configuration={"delta.enableChangeDataFeed": "true"})
+        dt = DeltaTable(f"{d}/delta")
+        next_id = args.rows
+        print(f"{args.rows:,} rows, {len(ns.partitions())} partition tables, {args.days} Delta partitions",
+              file=sys.stderr)
+        for r in range(args.rounds):
+            n = args.rows // 100
+            ops = {
+                "append 1%": (lambda t: ns.write(t), lambda t: write_deltalake(dt, t, mode="append")),
+                "delete ~0.5%": (lambda t: ns.delete(f"id % 200 = {r}"),
+                                 lambda t: dt.delete(f"id % 200 = {r}")),
+                "merge 1% of keys": (
+                    lambda t: ns.merge(t, on=["id"]),
+                    lambda t: dt.merge(t, "s.id = t.id", source_alias="s", target_alias="t")
+                    .when_matched_update_all().when_not_matched_insert_all().execute()),
+            }
+            for kind, (lp_op, delta_op) in ops.items():
+                if kind.startswith("append"):
+                    t = table(rng, next_id, n, args.days, schema)
+                    next_id += n
+                elif kind.startswith("merge"):
+                    ids = rng.choice(next_id, n, replace=False)
+                    t = ns.to_table(f"id IN ({', '.join(map(str, ids[:2000]))})")
+                    t = t.set_column(4, "amount", pa.array(np.full(t.num_rows, 1.0)))
+                else:
+                    t = None
+                lp_op(t)
+                delta_op(t)
+                ns = ns.refresh()
+                dt = DeltaTable(f"{d}/delta")
+                v, dv = ns.manifest_version, dt.version()
+                sides = [("lancepart", lambda: ns.changes(v - 1, v).read_all()),
+                         ("delta-rs", lambda: dt.load_cdf(starting_version=dv, ending_version=dv).read_all())]
+                for name, read in sides if r % 2 == 0 else sides[::-1]:
+                    t0 = time.perf_counter()
+                    got = read()
+                    times.setdefault(f"{kind} | {name}", []).append(time.perf_counter() - t0)
+                    rows[f"{kind} | {name}"] = got.num_rows
+    print(json.dumps({"machine": machine("pyarrow", "lance", "deltalake", "lancepart"), "rows": args.rows,
+                      "rounds": args.rounds}))
+    print(f"{'commit | reader':<36}{'change rows':>12}{'median ms':>11}{'ratio':>8}")
+    for key in times:
+        kind, name = key.split(" | ")
+        med = statistics.median(times[key]) * 1000
+        peer = statistics.median(times[f"{kind} | delta-rs"]) * 1000
+        ratio = f"{med / peer:.2f}" if name == "lancepart" else ""
+        print(f"{key:<36}{rows[key]:>12,}{med:>11.1f}{ratio:>8}")
+
+
+if __name__ == "__main__":
+    main()
