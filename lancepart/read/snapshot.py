@@ -147,7 +147,7 @@ def read_schema_for(schema: pa.Schema, filter: str | None,
 def table_batches(root: str, info: PartitionInfo, schema: pa.Schema, read_schema: pa.Schema, *,
                   scan_filter: str | None = None, storage_options: Mapping[str, str] | None = None,
                   namespace_md: Mapping[str, str] | None = None, fragments: Sequence[int] | None = None,
-                  batch_size: int = SCAN_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+                  batch_size: int = SCAN_BATCH_ROWS, whole: bool = False) -> Iterator[pa.RecordBatch]:
     """The published rows of one partition table (or of its ``fragments``) as batches of
     ``read_schema`` (a projection of the namespace ``schema``), streamed from Lance's scanner with
     ``scan_filter`` (an inclusive form of the read's filter) pushed into it. The exact filter is
@@ -157,7 +157,8 @@ def table_batches(root: str, info: PartitionInfo, schema: pa.Schema, read_schema
     (:mod:`lancepart.schema_evolution`; ``namespace_md`` are the root properties): renamed
     columns under their new names, widened ones cast, missing ones NULL, dropped ones left out;
     the filter is not pushed into such a table (its column names may mean other fields). A data
-    file gone or undecodable is a typed error naming the table and the file."""
+    file gone or undecodable is a typed error naming the table and the file. ``whole``: read the
+    table in one call to Lance and hand its batches out (for a caller keeping every row anyway)."""
     from lancepart.schema_evolution import conform, is_current, source_columns
 
     ds = open_published(root, info, storage_options)
@@ -171,21 +172,33 @@ def table_batches(root: str, info: PartitionInfo, schema: pa.Schema, read_schema
     table_cols = read_schema.names if mapping is None else [c for c in mapping.values() if c is not None]
     frags = [ds.get_fragment(i) for i in fragments] if fragments is not None else None
     uri = join_uri(root, info.location)
-    reader = None
+    scanner = None
     with storage_errors(uri, table=info.object_id, reading=True):
         if scan_filter is not None:
             try:
-                reader = ds.scanner(columns=table_cols, filter=scan_filter, fragments=frags,
-                                    batch_size=batch_size).to_reader()
+                scanner = ds.scanner(columns=table_cols, filter=scan_filter, fragments=frags, batch_size=batch_size)
+                if not whole:
+                    scanner = scanner.to_reader()
             except ValueError as e:  # Lance's planner refused it; the exact filter still applies
                 log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
-        if reader is None:
-            reader = ds.scanner(columns=table_cols, fragments=frags, batch_size=batch_size).to_reader()
-    batches = iter(reader)
+                scanner = None
+        if scanner is None:
+            scanner = ds.scanner(columns=table_cols, fragments=frags, batch_size=batch_size)
+            if not whole:
+                scanner = scanner.to_reader()
+    batches = None
     while True:
         try:
             with storage_errors(uri, table=info.object_id, reading=True):
+                if batches is None:  # whole: the table in one call (a stream pays a hand-off per batch)
+                    batches = iter(scanner.to_table().to_batches() if whole else scanner)
                 batch = next(batches, None)
+        except ValueError as e:
+            if not whole or scanner is None or scan_filter is None:
+                raise
+            log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
+            scanner, scan_filter = ds.scanner(columns=table_cols, fragments=frags, batch_size=batch_size), None
+            continue
         except CorruptTableError as e:
             bad = unreadable_file(ds, table_cols)
             if bad is None or bad in str(e):
@@ -264,7 +277,7 @@ def scan(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schema, *, f
 
     def one(info: PartitionInfo) -> Iterator[pa.RecordBatch]:
         return table_batches(root, info, schema, read_schema, scan_filter=scan_filter,
-                             storage_options=storage_options, namespace_md=namespace_md)
+                             storage_options=storage_options, namespace_md=namespace_md, whole=True)
 
     stream = stream_in_order(one, partitions, window=MAX_WORKERS, buffered=1_000_000)
     batches = list(filtered(stream, read_schema, filter, cols, batch_size=1 << 62))
