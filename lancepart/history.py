@@ -26,6 +26,7 @@ import lance
 from lancepart.errors import InvalidArgumentError, NamespaceNotFoundError, SnapshotExpiredError
 from lancepart.ids import SPEC_KEY_PREFIX
 from lancepart.manifest import (
+    BATCH_ID_PROPERTY,
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
     ROWS_PROPERTY,
@@ -33,7 +34,6 @@ from lancepart.manifest import (
     Manifest,
     ManifestSnapshot,
 )
-from lancepart.write.batches import BATCH_ID_PROPERTY
 
 # Lance operations on __manifest that lancepart makes without a label of its own
 _LANCE_OPERATIONS = {"CreateIndex": "index", "UpdateConfig": "properties"}

@@ -157,6 +157,8 @@ class SnapshotGone(ManifestConflict, SnapshotExpiredError):
 OPERATION_PROPERTY = "lancepart.operation"
 ROWS_PROPERTY = "lancepart.rows"  # of a publish: the rows it published
 PARTITIONS_PROPERTY = "lancepart.partitions"  # of a publish: the partition tables it touched
+BATCH_ID_PROPERTY = "lancepart.batch_id"  # of the publishing commit of a batch id
+MERGE_KEYS_PROPERTY = "lancepart.merge_on"  # of a merge: its keys (JSON), which pair an update's two images
 ROWS_REMOVED_PROPERTY = "lancepart.rows_removed"  # of a delete (or merge): the rows it removed
 
 # An incremental commit rewrites the fragment the previous commit wrote (the *tail*) with its

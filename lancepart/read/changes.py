@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
-from lancepart.manifest import OPERATION_PROPERTY, Manifest, join_uri
+from lancepart.manifest import MERGE_KEYS_PROPERTY, OPERATION_PROPERTY, Manifest, join_uri
 from lancepart.results import PartitionInfo
 
 CHANGE_COLUMNS = [
@@ -96,7 +96,7 @@ def _commits(manifest: Manifest, start: int, end: int) -> list[Commit]:
             props = dict(ds.read_transaction(v).transaction_properties or {})
         except (OSError, ValueError, AttributeError):
             props = {}
-        on = props.get("lancepart.merge_on")
+        on = props.get(MERGE_KEYS_PROPERTY)
         out.append(Commit(v, retained[v], props.get(OPERATION_PROPERTY), json.loads(on) if on else None))
     return out
 
@@ -226,7 +226,7 @@ def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[
     rows of a key both deleted and inserted are an update's pre- and post-image."""
     if not on or not deleted.num_rows or not inserted.num_rows or any(c not in deleted.column_names for c in on):
         return [(deleted, "delete"), (inserted, "insert")]
-    from lancepart.write.merge import comparable_keys
+    from lancepart.keys import comparable_keys
 
     # a key both deleted and inserted, compared as the merge compared it (a join: NULL keys never match)
     d_rows = pa.array(np.arange(deleted.num_rows, dtype=np.int64))

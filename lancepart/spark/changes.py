@@ -68,7 +68,7 @@ def _read(partition: InputPartition, schema: Any, options: Mapping[str, str]) ->
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from lancepart.read.changes import ChangePlan, ChangeTask, run_task
-    from lancepart.spark.datasource import storage_options
+    from lancepart.spark.options import storage_options
     from lancepart.spark.read import conform
 
     d = json.loads(partition.value)
@@ -85,7 +85,7 @@ class ChangeFeedReader(DataSourceReader):
     """``readChangeFeed``: the commits ``startingVersion`` .. ``endingVersion`` (both included)."""
 
     def __init__(self, options: Mapping[str, str], schema: Any, load_version: int | None) -> None:
-        from lancepart.spark.datasource import _int_option
+        from lancepart.spark.options import _int_option
 
         self.options = options  # case-insensitive keys (Spark lowercases them)
         self.schema = schema
@@ -98,7 +98,7 @@ class ChangeFeedReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         from lancepart.read.changes import plan_changes
-        from lancepart.spark.datasource import _open
+        from lancepart.spark.options import _open
 
         ns = _open(self.options, self.load_version)
         end = self.end if self.end is not None else ns.manifest_version
@@ -118,7 +118,7 @@ class LancepartStreamReader(DataSourceStreamReader):
     (``v = -1``: nothing yet, the first micro-batch is a snapshot)."""
 
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
-        from lancepart.spark.datasource import _int_option, _root
+        from lancepart.spark.options import _int_option, _root
 
         self.options = options  # case-insensitive keys (Spark lowercases them)
         self.schema = schema
@@ -128,7 +128,7 @@ class LancepartStreamReader(DataSourceStreamReader):
 
     def _latest(self) -> int:
         from lancepart.manifest import Manifest, normalize_root
-        from lancepart.spark.datasource import storage_options
+        from lancepart.spark.options import storage_options
 
         return Manifest(normalize_root(self.root), storage_options(self.options)).latest_version()
 
@@ -144,7 +144,7 @@ class LancepartStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         from lancepart.namespace import PartitionedNamespace
         from lancepart.read.changes import plan_changes
-        from lancepart.spark.datasource import storage_options
+        from lancepart.spark.options import storage_options
 
         first, last = int(start["version"]), int(end["version"])
         if last <= first:

@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 from lancepart.durations import parse_duration
 from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
 from lancepart.lance_io import open_table
+from lancepart.manifest import BATCH_ID_PROPERTY as BATCH_ID_PROPERTY  # re-exported
 from lancepart.manifest import (
     Manifest,
     ManifestChanges,
@@ -61,7 +62,6 @@ from lancepart.parallel import map_threads
 log = logging.getLogger("lancepart.write")
 T = TypeVar("T")
 
-BATCH_ID_PROPERTY = "lancepart.batch_id"  # transaction property of the publishing __manifest commit
 COMMITTED_AT_PROPERTY = "lancepart.committed_at"  # ISO 8601 UTC, the writer's clock at publish
 RETENTION_PROPERTY = "lancepart.batch_id_retention"  # root property (__manifest table metadata)
 DEFAULT_RETENTION = timedelta(days=30)

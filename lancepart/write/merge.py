@@ -63,8 +63,11 @@ from lancepart.errors import (
 )
 from lancepart.file_format import data_storage_version
 from lancepart.ids import check_location
+from lancepart.keys import comparable_keys as comparable_keys  # re-exported
+from lancepart.keys import key_values as key_values  # re-exported
 from lancepart.lance_io import open_table
 from lancepart.manifest import (
+    MERGE_KEYS_PROPERTY,
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
     ROWS_PROPERTY,
@@ -344,9 +347,6 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
 
 
 # ---------------------------------------------------------------------------------------- merge
-MERGE_KEYS_PROPERTY = "lancepart.merge_on"
-
-
 def merge_properties(on: Sequence[str]) -> dict[str, str]:
     """The ``__manifest`` commit properties of a merge on ``on``: its keys (JSON)."""
     return {MERGE_KEYS_PROPERTY: json.dumps(list(on))}
@@ -367,23 +367,6 @@ def _read_input(data: Any, schema: pa.Schema) -> pa.Table:
 def _show(table: pa.Table, i: int, columns: Sequence[str]) -> str:
     row = table.select(list(columns)).slice(i, 1).to_pylist()[0]
     return ", ".join(f"{c}={v!r}" for c, v in row.items())
-
-
-def key_values(col: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """A key column as a merge compares it, which is how filters (DataFusion's ``=``) compare:
-    -0.0 is 0.0 (adding +0.0 turns -0.0 into 0.0 and keeps every other value), and a NaN equals
-    every NaN (Arrow's hash lookups and joins already treat NaNs so)."""
-    if pa.types.is_floating(col.type):
-        return pc.add(col, pa.scalar(0, col.type))
-    return col
-
-
-def comparable_keys(table: pa.Table, on: Sequence[str]) -> pa.Table:
-    """``table`` with its key columns ``on`` as :func:`key_values` compares them."""
-    for c in on:
-        i = table.schema.get_field_index(c)
-        table = table.set_column(i, table.schema.field(i), key_values(table.column(i)))
-    return table
 
 
 def check_keys(rows: pa.Table, on: Sequence[str]) -> None:
@@ -476,7 +459,7 @@ class KeyPruner:
     tables of older specs are pruned by their own transforms. Compared as the writer names
     partitions (:func:`lancepart.ids.partition_ids`: canonical bytes, where -0.0 is 0.0, every
     NaN is one value and NULL a value of its own), the way merge compares keys
-    (:func:`key_values`).
+    (:func:`lancepart.keys.key_values`).
 
     Where a transform's value could depend on the type the column had when a row was written,
     the field does not prune: expression fields, and bucket fields over decimals (widening a
