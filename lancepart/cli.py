@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from lancepart import durations
 from lancepart.durations import format_duration
-from lancepart.errors import InvalidArgumentError, LancepartError, RetryableError
+from lancepart.errors import InvalidArgumentError, LancepartError, RetryableError, without_source_locations
 from lancepart.inputs import FORMATS, input_reader
 from lancepart.redact import redacting_output
 from lancepart.stats import describe, human_bytes
@@ -850,6 +850,7 @@ def _print(obj: Any, as_json: bool) -> None:
 
 
 def _fail(code: int, kind: str, message: str, as_json: bool) -> int:
+    message = without_source_locations(message)  # an unexpected error may repeat Lance's text as it is
     print(f"lancepart: {kind}: {message}", file=sys.stderr)
     if as_json:
         print(json.dumps({"error": kind, "message": message, "exit_code": code}, indent=2))

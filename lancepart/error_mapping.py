@@ -67,6 +67,7 @@ from lancepart.errors import (
     StoragePermissionError,
     StorageReadOnlyError,
     StorageUnavailableError,
+    without_source_locations,
 )
 from lancepart.lance_io import one_open_per_version, open_table
 
@@ -486,7 +487,5 @@ def public_operation(name: str, *, publishes: bool = True, root_arg: int | None 
 
 
 def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    # Lance appends the Rust source location of the error: of no use to a reader
-    text = re.sub(r",\s*/(?:home|rustc)/\S+", "", text)
+    text = " ".join(without_source_locations(text).split())
     return text if len(text) <= limit else text[:limit] + "..."

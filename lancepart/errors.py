@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import re
+
+# Lance appends the Rust source location of each layer an error passed through
+# (", /home/runner/work/lance/lance/rust/lance-io/src/local.rs:273:40"): of no use to a reader
+_SOURCE_LOCATION = re.compile(r",?[ \t]*[^\s,;()'\"]+\.rs:\d+:\d+")
+
+
+def without_source_locations(text: str) -> str:
+    """``text`` without the ``, /path/to/file.rs:LINE:COL`` locations Lance appends to its errors.
+
+    >>> without_source_locations("Not found: t/_versions/1.manifest, /home/runner/work/lance/lance/rust/"
+    ...                          "lance-io/src/local.rs:273:40, /rust/lance/src/dataset.rs:765:44; retry")
+    'Not found: t/_versions/1.manifest; retry'
+    """
+    return _SOURCE_LOCATION.sub("", text)
+
 
 class LancepartError(Exception):
     """Base class of every error lancepart raises on purpose. Its message never shows a secret:
     URL userinfo and the values of secret storage options are masked (:mod:`lancepart.redact`),
-    also when the message repeats a Lance error."""
+    also when the message repeats a Lance error, nor the Rust source locations Lance appends to
+    its errors (:func:`without_source_locations`)."""
 
     def __init__(self, *args: object) -> None:
         from lancepart.redact import redact
 
-        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+        super().__init__(*(without_source_locations(redact(a)) if isinstance(a, str) else a for a in args))
 
 
 class InvalidSpecError(LancepartError, ValueError):

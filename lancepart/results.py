@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from lancepart.errors import without_source_locations
+
 
 @dataclass(frozen=True)
 class PartitionInfo:
@@ -137,6 +139,9 @@ class Problem:
     location: str | None
     kind: str
     message: str
+
+    def __post_init__(self) -> None:  # messages often repeat a Lance error: without its Rust source locations
+        object.__setattr__(self, "message", without_source_locations(self.message))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -156,8 +156,8 @@ def test_a_root_that_is_a_file_is_named(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- corrupt and missing data files
-def first_data_file(ns: PartitionedNamespace):
-    info = ns.partitions()[0]
+def first_data_file(ns: PartitionedNamespace, info=None):
+    info = info or ns.partitions()[0]
     ds = lance.dataset(join_uri(ns.root, info.location), version=info.read_version)
     name = ds.get_fragments()[0].metadata.files[0].path
     return info, os.path.join(join_uri(ns.root, info.location), "data", name)
@@ -185,6 +185,35 @@ def test_a_table_that_cannot_be_opened_is_a_corrupt_table_error(ns):
     shutil.rmtree(os.path.join(join_uri(ns.root, info.location), "_versions"))
     with pytest.raises(CorruptTableError, match=info.object_id.replace("$", r"\$")):
         ns.to_table()
+
+
+def test_lances_rust_source_locations_are_not_in_the_messages_users_see(ns, capsys):
+    """Lance appends the Rust source location of each layer to its errors (", /home/runner/work/
+    lance/lance/rust/lance-io/src/local.rs:273:40"): the typed errors, verify's problems, and
+    the tables compact and cleanup leave out keep what Lance said without them."""
+    victim = ns.partitions()[0]
+    other = next(p for p in ns.partitions() if p.values["event_date"] != victim.values["event_date"])
+    gone = join_uri(ns.root, victim.location)
+    with pytest.raises(ValueError, match=r"\.rs:\d+:\d+"):  # Lance's own text carries them
+        lance.dataset(gone, version=victim.read_version + 5)
+    shutil.rmtree(gone)
+    with pytest.raises(CorruptTableError) as e:
+        ns.to_table()
+    assert f"Not found: {gone.lstrip('/')}/_versions/{victim.read_version}.manifest" in str(e.value)
+    assert ".rs:" not in str(e.value)
+    _, path = first_data_file(ns, other)
+    os.remove(path)
+    with pytest.raises(DataFilesMissingError) as e:
+        ns.to_table(filter=f"event_date = DATE '{other.values['event_date']}'")
+    assert os.path.basename(path) in str(e.value) and ".rs:" not in str(e.value)
+    for args in (["verify", ns.root], ["--json", "verify", ns.root], ["describe", ns.root], ["compact", ns.root],
+                 ["cleanup", ns.root], ["--json", "cleanup", ns.root]):
+        capsys.readouterr()
+        code = main(args)
+        out, err = capsys.readouterr()
+        assert code in (2, 3), (args, code, out, err)
+        assert victim.object_id in out + err, args
+        assert ".rs:" not in out + err, (args, out, err)
 
 
 @pytest.mark.spark

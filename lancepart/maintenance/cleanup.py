@@ -145,6 +145,7 @@ from lancepart.errors import (
     LancepartError,
     NamespaceNotFoundError,
     UnsafeRetentionError,
+    without_source_locations,
 )
 from lancepart.ids import check_location
 from lancepart.lance_io import open_table
@@ -205,7 +206,7 @@ class _Tally:
     def skip(self, name: str, why: str) -> None:
         """``name`` (a version, file, table or directory) was to be examined or removed and was not."""
         self.skipped.append(name)
-        self.errors.append(f"{name}: {why}")
+        self.errors.append(f"{name}: {without_source_locations(why)}")
 
 
 def parse_retention(value: Any) -> timedelta:

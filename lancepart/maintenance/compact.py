@@ -44,7 +44,13 @@ from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
 from lancepart import faults
 from lancepart.error_mapping import typed_error
-from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
+from lancepart.errors import (
+    CommitConflictError,
+    FragmentsGoneError,
+    InvalidArgumentError,
+    LancepartError,
+    without_source_locations,
+)
 from lancepart.ids import check_location
 from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations, index_state
 from lancepart.lance_io import open_table
@@ -159,7 +165,7 @@ def table_failure(e: BaseException, root: str, object_id: str, location: str) ->
     one table that cannot be read must not stop the others."""
     typed = typed_error(e, join_uri(root, location), table=object_id, reading=True)
     text = str(typed) if typed is not None else f"partition table {object_id!r} at {join_uri(root, location)}: {e}"
-    return f"{type(typed or e).__name__}: {' '.join(text.split())[:600]}"
+    return f"{type(typed or e).__name__}: {' '.join(without_source_locations(text).split())[:600]}"
 
 
 @dataclass(frozen=True)
