@@ -248,6 +248,26 @@ def table_error(e: BaseException, root: str, object_id: str, location: str, *, v
     return _corrupt(_where(uri, object_id), file, text)
 
 
+def table_failure(e: BaseException, uri: str, object_id: str) -> str:
+    """One line saying why the partition table ``object_id`` at ``uri`` was left out of a
+    maintenance run that goes on with the others (compaction, cleanup): the typed error's name
+    and message, naming the table and its path (and the file when the error says which).
+
+    >>> why = table_failure(ValueError("Dataset at path x was not found: Not found: x/_versions, /a/b.rs:1:2"),
+    ...                     "/data/ns/0a1b_v1$x$dataset", "v1$x$dataset")
+    >>> why.split(":")[0], "partition table 'v1$x$dataset' at /data/ns/0a1b_v1$x$dataset" in why, ".rs:" in why
+    ('DataFilesMissingError', True, False)
+    """
+    typed = typed_error(e, uri, table=object_id, reading=True)
+    if typed is not None:
+        text = str(typed)
+    elif isinstance(e, LancepartError) and object_id in str(e):  # it names the table already
+        text = str(e)
+    else:
+        text = f"partition table {object_id!r} at {uri}: {e}"
+    return f"{type(typed or e).__name__}: {' '.join(without_source_locations(text).split())[:600]}"
+
+
 @contextlib.contextmanager
 def storage_errors(path: str, *, table: str | None = None, reading: bool = False) -> Iterator[None]:
     """Re-raise an ``OSError`` / ``ValueError`` (Arrow's and Lance's included) of the block as its

@@ -298,3 +298,53 @@ def test_top_level_help_and_version():
 def test_durations(text, seconds):
     assert parse_duration(text).total_seconds() == seconds
     assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+
+
+@pytest.fixture
+def broken(tmp_path) -> tuple[str, str, str]:
+    """A namespace written in two batches (so compaction has work), with an index declared,
+    whose first partition table's directory was then deleted by hand (``rm -rf``):
+    (root, object_id, directory)."""
+    import shutil
+
+    from lancepart import PartitionedNamespace
+
+    root = str(tmp_path / "ns")
+    ns = PartitionedNamespace.create(root, demo_events(10).schema, EVENTS_SPEC)
+    data = demo_events(3000, days=3)
+    ns.write(data.slice(0, 1500))
+    ns.write(data.slice(1500))
+    ns.create_index("amount", "BTREE", min_rows=0)
+    victim = ns.partitions()[0]
+    gone = os.path.join(root, victim.location)
+    shutil.rmtree(gone)
+    return root, victim.object_id, gone
+
+
+def test_maintenance_of_a_namespace_with_a_deleted_table_directory(broken, capsys):
+    """A partition table directory removed by hand: compact and cleanup do the rest and exit 3
+    naming the table, its path and a typed error (not Lance's raw ValueError); the commands
+    that publish all or nothing (delete, index create) and describe exit 2 with a typed error
+    naming the table; verify exits 3 listing it."""
+    root, oid, gone = broken
+
+    def run(*args: str) -> tuple[int, str]:
+        code, out, err = call(capsys, *args)
+        return code, out + err
+
+    code, out = run("--json", "compact", root, "-q")
+    assert code == 3, out
+    result = json.loads(out[:out.rindex("}") + 1])
+    assert list(result["failures"]) == [oid]
+    assert result["failures"][oid].startswith(("CorruptTableError", "DataFilesMissingError")) and gone in out
+    assert result["partitions_touched"] > 0 and "nothing was published" not in out  # the others were compacted
+    code, out = run("cleanup", root)
+    assert code == 3 and oid in out and gone in out and "ValueError" not in out, out
+    assert "DataFilesMissingError" in out or "CorruptTableError" in out
+    for args in (("delete", root, "--filter", "id = 5"), ("index", root, "create", "user_id", "BTREE"),
+                 ("describe", root)):
+        code, out = run(*args)
+        assert code == EXIT_LANCEPART, (args, out)
+        assert oid in out and gone in out and ("DataFilesMissingError" in out or "CorruptTableError" in out), out
+    code, out = run("verify", root)
+    assert code == 3 and "table_unreadable" in out and oid in out

@@ -139,6 +139,7 @@ import pyarrow.compute as pc
 from lance.file import LanceFileSession
 
 from lancepart.durations import parse_duration
+from lancepart.error_mapping import table_failure
 from lancepart.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -650,8 +651,9 @@ class _Run:
             removable = [] if self.pins_unknown else self._removable_table_versions(ds, ds.versions(), keep, location)
             removable, gone = self._lance_cleanup(uri, ds, location, removable, tally)
             self._collect_files(uri, location, ds, removable, gone, tally)
-        except (OSError, ValueError, RuntimeError, LancepartError) as e:
-            tally.skip(location, f"({self.pins[location].object_id}): {type(e).__name__}: {e}")
+        except (OSError, ValueError, RuntimeError, LancepartError) as e:  # typed, naming the table and its path
+            oid = self.pins[location].object_id
+            tally.skip(location, f"({oid}): {table_failure(e, uri, oid)}")
         return tally
 
     def clean_manifest(self) -> _Tally:

@@ -43,14 +43,8 @@ from lance.fragment import FragmentMetadata
 from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
 from lancepart import faults
-from lancepart.error_mapping import typed_error
-from lancepart.errors import (
-    CommitConflictError,
-    FragmentsGoneError,
-    InvalidArgumentError,
-    LancepartError,
-    without_source_locations,
-)
+from lancepart.error_mapping import table_failure as describe_failure
+from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
 from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations, index_state
 from lancepart.lance_io import open_table
@@ -163,9 +157,7 @@ class TableRewrite:
 def table_failure(e: BaseException, root: str, object_id: str, location: str) -> str:
     """Why one table could not be compacted, naming it (and the file when the error says which):
     one table that cannot be read must not stop the others."""
-    typed = typed_error(e, join_uri(root, location), table=object_id, reading=True)
-    text = str(typed) if typed is not None else f"partition table {object_id!r} at {join_uri(root, location)}: {e}"
-    return f"{type(typed or e).__name__}: {' '.join(without_source_locations(text).split())[:600]}"
+    return describe_failure(e, join_uri(root, location), object_id)
 
 
 @dataclass(frozen=True)
@@ -455,6 +447,7 @@ def finish_compaction(
         "target_rows_per_fragment": plan.target_rows_per_fragment,
     }
     version = pub.snapshot.version
+    index_failures: dict[str, str] = {}
     if declarations(pub.snapshot.metadata):
         from lancepart.maintenance.indexes import maintain_all
 
@@ -465,6 +458,7 @@ def finish_compaction(
             details["index_maintenance"] = {"tables_changed": indexed.details["tables_changed"],
                                             "published_version": indexed.manifest_version}
             version = indexed.manifest_version
+            index_failures = indexed.failures  # a table compaction could not read either, as a rule
     if compact_manifest_table:
         t = time.monotonic()
         details["manifest"] = compact_manifest(manifest, plan.target_rows_per_fragment)
@@ -478,7 +472,7 @@ def finish_compaction(
         retries=pub.retries,
         seconds=round(time.monotonic() - started, 3),
         details=details,
-        failures=dict(sorted({**plan.failures, **(failures or {}), **pub.failures}.items())),
+        failures=dict(sorted({**index_failures, **plan.failures, **(failures or {}), **pub.failures}.items())),
     )
     for oid, why in result.failures.items():
         log.warning("compaction skipped %s: %s", oid, why)

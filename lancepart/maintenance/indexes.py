@@ -90,11 +90,13 @@ def set_declaration(manifest: Manifest, key: str, value: str | None, check: Call
 
 def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: int = 20,
                    apply_tables: ApplyTables | None = None,
-                   still_wanted: Callable[[ManifestSnapshot], None] | None = None) -> CommitResult:
+                   still_wanted: Callable[[ManifestSnapshot], None] | None = None,
+                   leave_out_unreadable: bool = False) -> CommitResult:
     """Apply ``op_json`` to the published version of every partition table and move all the
     changed ``read_version`` in ONE ``__manifest`` commit, through the one publish path (tables
     pinned to a branch or tag are skipped); ``apply_tables`` runs the per-table work elsewhere
-    (Spark tasks)."""
+    (Spark tasks). ``leave_out_unreadable``: a table whose published version is gone or cannot
+    be read is left out and named in the result's ``failures`` instead of failing it all."""
     from lancepart.ids import partition_spec_id
 
     started = time.monotonic()
@@ -117,13 +119,14 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
         return [Made(oid, base, version) for oid, base, version in apply_tables(snapshot_version, todo)]
 
     pub = publish_changes(manifest, plan, what=what, check=still_wanted, max_retries=max_retries,
-                          run=run if apply_tables is not None else None)
+                          run=run if apply_tables is not None else None, leave_out_unreadable=leave_out_unreadable)
     changed = {oid: m.version for oid, m in pub.made.items()}
     return CommitResult(
         manifest_version=pub.snapshot.version, partitions_touched=len(changed), retries=pub.retries,
         seconds=round(time.monotonic() - started, 3),
         details={"operation": what, "tables": seen.get("tables", 0), "tables_changed": sorted(changed),
-                 "pinned_skipped": seen.get("pinned", [])})
+                 "pinned_skipped": seen.get("pinned", [])},
+        failures=dict(pub.failures))
 
 
 def create_index(ns: NamespaceHandle, column: str, index_type: str, *, name: str | None = None,
@@ -184,7 +187,8 @@ def maintain_all(manifest: Manifest, *, max_retries: int = 20,
     """Bring every declared index up to date on every published partition table (build where a
     table passed ``min_rows``, ``optimize_indices`` where fragments are outside it, rebuild where
     it names fragments gone) in one publish; None when no index is declared. The compaction job
-    runs it after its own publish."""
+    runs it after its own publish. A table whose published version cannot be read is left
+    out, named in the result's ``failures``: the others still get their indexes."""
     decls = declarations(manifest.dataset().metadata)
     if not decls:
         return None
@@ -197,7 +201,8 @@ def maintain_all(manifest: Manifest, *, max_retries: int = 20,
 
     op_json = op_to_json("maintain", decls)
     return publish_tables(manifest, op_json, "index maintenance", max_retries=max_retries,
-                          apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted)
+                          apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted,
+                          leave_out_unreadable=True)
 
 
 def coverage(root: str, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration],

@@ -347,8 +347,9 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
             try:
                 ds = _open(root, info, ns.storage_options)
             except (LancepartError, OSError, ValueError) as e:
+                named = isinstance(e, LancepartError) and info.object_id in str(e)  # it names the table already
                 out.problems.append(Problem(info.object_id, info.location, "table_unreadable",
-                                            f"partition table {info.object_id!r}: {e}"))
+                                            str(e) if named else f"partition table {info.object_id!r}: {e}"))
                 return out
             if ds is None:
                 out.declared = True

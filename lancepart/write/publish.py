@@ -30,7 +30,15 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from lancepart import faults
-from lancepart.errors import CommitConflictError, InvalidArgumentError, LancepartError, PartitionPinnedError
+from lancepart.error_mapping import table_failure
+from lancepart.errors import (
+    CommitConflictError,
+    CorruptNamespaceError,
+    DataFilesMissingError,
+    InvalidArgumentError,
+    LancepartError,
+    PartitionPinnedError,
+)
 from lancepart.ids import check_location
 from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations
 from lancepart.manifest import (
@@ -164,6 +172,7 @@ def publish_changes(
     unpublishable: str = "raise",
     run: Runner | None = None,
     check: Callable[[ManifestSnapshot], None] | None = None,
+    leave_out_unreadable: bool = False,
     max_retries: int = 20,
 ) -> Published:
     """THE publish protocol of every operation that changes partition tables (docs/design.md,
@@ -181,7 +190,9 @@ def publish_changes(
     5. each table whose published version is not the one an earlier attempt built on is
        committed on top of it, on the bounded thread pool or by ``run`` (Spark tasks); a version
        that would move ``read_version`` backwards is an error; with ``index_on_write`` the
-       declared indexes follow each commit;
+       declared indexes follow each commit; with ``leave_out_unreadable`` a table whose published
+       version is gone or cannot be read is left out (a failure naming it), not the operation's
+       end (maintenance that goes on with the other tables);
     6. every version and data file about to be published is checked present
        (:func:`check_files_present`);
     7. ONE ``__manifest`` commit moves every changed ``read_version`` and adds the new tables'
@@ -211,6 +222,11 @@ def publish_changes(
                                       lambda: _commit(manifest, c, work))
         except LeaveOut as e:
             return Made(c.object_id, work.published, None, left_out=e.reason, failure=e.failure)
+        except (DataFilesMissingError, CorruptNamespaceError) as e:
+            if not leave_out_unreadable:
+                raise
+            why = table_failure(e.__cause__ or e, join_uri(manifest.root, work.location), c.object_id)
+            return Made(c.object_id, work.published, None, left_out=why, failure=True)
         made = out if isinstance(out, Made) else Made(c.object_id, work.published, out)
         if made.changed:
             faults.checkpoint("after_table_commit")
