@@ -348,3 +348,19 @@ def test_maintenance_of_a_namespace_with_a_deleted_table_directory(broken, capsy
         assert oid in out and gone in out and ("DataFilesMissingError" in out or "CorruptTableError" in out), out
     code, out = run("verify", root)
     assert code == 3 and "table_unreadable" in out and oid in out
+
+
+@pytest.mark.parametrize("args", [
+    ["describe"], ["partitions"], ["explain", "id = 1"], ["history"], ["compact"], ["cleanup"], ["verify"],
+    ["verify", "--deep"], ["delete", "--filter", "id = 1"], ["drop-partitions", "--filter", "id = 1"],
+    ["index", "list"], ["rollback", "--version", "1"], ["alter", "--add", "a:int64"], ["migrate"], ["repair"],
+    ["evolve", "--spec", "[]"]], ids=lambda a: "-".join(a[:2]))
+def test_a_namespace_that_does_not_exist_is_exit_2_for_every_command(args, tmp_path, capsys):
+    """Exit 2 and NamespaceNotFoundError naming the root, whatever the command (verify exited 3,
+    "found problems", for a root that does not exist at all)."""
+    missing = str(tmp_path / "nope")
+    code, out, err = call(capsys, args[0], missing, *args[1:])
+    assert code == EXIT_LANCEPART, (args, code, out, err)
+    assert f"NamespaceNotFoundError: no __manifest table at {missing}/__manifest" in err
+    code, out, _ = call(capsys, "--json", args[0], missing, *args[1:])
+    assert code == EXIT_LANCEPART and json.loads(out)["error"] == "NamespaceNotFoundError"

@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart.errors import LancepartError, UnsafeLocationError
+from lancepart.errors import LancepartError, NamespaceNotFoundError, UnsafeLocationError
 from lancepart.ids import SPEC_KEY_PREFIX, check_location
 from lancepart.index import IndexDeclaration, declarations, index_state
 from lancepart.lance_io import open_table
@@ -297,7 +297,8 @@ def check_indexes(info: PartitionInfo, ds: lance.LanceDataset, decls: Sequence[I
 def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bool = False, *,
            open_namespace: Callable[[str, Mapping[str, str] | None], NamespaceHandle],
            progress_every: int = 100) -> VerifyReport:
-    """Check the namespace at ``root`` and report every problem found (never raises for one);
+    """Check the namespace at ``root`` and report every problem found (never raises for one;
+    :class:`NamespaceNotFoundError` when ``root`` holds no ``__manifest`` table at all);
     ``open_namespace(root, storage_options)`` opens it (``PartitionedNamespace.open``), after
     ``__manifest`` itself was checked.
 
@@ -307,6 +308,8 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
     manifest = Manifest(root, storage_options)
     try:
         raw = manifest.dataset()
+    except NamespaceNotFoundError:  # no namespace there at all: a wrong root, as for every other operation
+        raise
     except LancepartError as e:
         return VerifyReport(problems=(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "namespace_unreadable", str(e)),),
                             deep=deep, seconds=round(time.monotonic() - started, 3))
