@@ -3,7 +3,7 @@
     lancepart create ROOT --schema FILE|JSON --spec FILE|JSON    (or: create --config FILE [ROOT])
     lancepart describe ROOT [--tables] [--no-sizes]
     lancepart partitions ROOT [--filter SQL]
-    lancepart explain ROOT FILTER
+    lancepart explain ROOT [FILTER | --filter SQL]
     lancepart ingest ROOT FILE... [--format F] [--mode append|overwrite] [--batch-id ID] [--chunk-rows N]
     lancepart compact ROOT [--filter SQL] [--target-rows-per-fragment N]
     lancepart cleanup ROOT [--older-than 7d] [--dry-run] [--allow-short-retention]
@@ -241,6 +241,12 @@ def _cmd_partitions(args: argparse.Namespace) -> Any:
 def _cmd_explain(args: argparse.Namespace) -> Any:
     from lancepart.read.prune import prune
 
+    if args.config and args.root is not None and args.filter is None:  # with --config the positional is FILTER
+        args.root, args.filter = None, args.root
+    if args.filter is not None and args.filter_opt is not None:
+        raise UsageError("explain: give the filter once, as FILTER or as --filter SQL")
+    if args.filter is None:
+        args.filter = args.filter_opt  # None: the unfiltered scan, every partition kept
     ns = _open(args)
     result = prune(args.filter, ns.schema, ns.specs, ns.snapshot().rows)
     if not args.json:
@@ -706,8 +712,12 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--version", required=True, type=_positive_int, metavar="N", help="the version to go back to")
     _max_retries(rb)
 
-    ex = add("explain", "partitions kept and pruned per spec version for a filter", _cmd_explain)
-    ex.add_argument("filter", metavar="FILTER", help="SQL filter over source columns")
+    ex = add("explain", "partitions kept and pruned per spec version for a filter", _cmd_explain,
+             description="Per spec version: the partition predicate a filter projects to, how many partition "
+                         "tables it keeps and prunes, what is pushed into each Lance scan, and the __manifest "
+                         "query. Without a filter: the full scan (every partition kept).")
+    ex.add_argument("filter", nargs="?", metavar="FILTER", help="SQL filter over source columns (default: none)")
+    ex.add_argument("--filter", dest="filter_opt", metavar="SQL", help="the filter, as an option (as in `partitions`)")
 
     ing = add("ingest", "write local files into the namespace in-process (no Spark) in one commit", _cmd_ingest,
               description="Write Parquet, CSV, JSON (newline-delimited) or Arrow IPC files into the namespace "

@@ -364,3 +364,28 @@ def test_a_namespace_that_does_not_exist_is_exit_2_for_every_command(args, tmp_p
     assert f"NamespaceNotFoundError: no __manifest table at {missing}/__manifest" in err
     code, out, _ = call(capsys, "--json", args[0], missing, *args[1:])
     assert code == EXIT_LANCEPART and json.loads(out)["error"] == "NamespaceNotFoundError"
+
+
+def test_explain_without_a_filter_explains_the_full_scan(made, tmp_path, capsys):
+    """``lancepart explain ROOT`` (no filter) explains the unfiltered scan: every partition kept,
+    none pruned (it said "give the namespace ROOT"); ``--filter`` works as in ``partitions``,
+    and with ``--config`` the one positional is the filter, as before."""
+    root = str(made)
+    data = demo_events(2000, days=3)
+    pq.write_table(data, tmp_path / "in.parquet")
+    lp("ingest", root, str(tmp_path / "in.parquet"), "-q")
+    total = len(set(expected_keys(data)))
+    code, out, err = call(capsys, "explain", root)
+    assert code == EXIT_OK, err
+    assert "filter: (none)" in out and f"kept {total} of {total} partition tables, pruned 0" in out
+    code, out, _ = call(capsys, "--json", "explain", root)
+    doc = json.loads(out)
+    assert code == EXIT_OK and doc["filter"] is None and doc["kept"] == {"1": total} and doc["pruned"] == {"1": 0}
+    day = data.column("event_date")[0]
+    flt = f"event_date = DATE '{day}'"
+    by_option = json.loads(call(capsys, "--json", "explain", root, "--filter", flt)[1])
+    assert by_option == json.loads(call(capsys, "--json", "explain", root, flt)[1])
+    assert 0 < by_option["kept"]["1"] < total
+    (tmp_path / "job.yaml").write_text(f"namespace:\n  root: {root}\n")
+    assert json.loads(call(capsys, "--json", "explain", "--config", str(tmp_path / "job.yaml"), flt)[1]) == by_option
+    assert call(capsys, "explain", root, flt, "--filter", flt)[0] == EXIT_USAGE
