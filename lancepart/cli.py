@@ -19,6 +19,7 @@
     lancepart merge ROOT FILE... --on COL[,COL...] [--when-matched update|ignore] [--batch-id ID]
     lancepart alter ROOT [--add NAME:TYPE] [--rename OLD=NEW] [--drop NAME] [--widen NAME:TYPE]
     lancepart index ROOT create COLUMN INDEX_TYPE [--name N] [--min-rows N] [--param K=V] | drop NAME | list
+                                                         (or: index create|drop|list ROOT ...)
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -585,12 +586,35 @@ def _index_param(text: str) -> tuple[str, Any]:
         return key, value
 
 
+_INDEX_ARGS = {"create": 2, "drop": 1, "list": 0}  # action -> its positional arguments after ROOT
+_INDEX_USAGE = ("index ROOT create COLUMN INDEX_TYPE [--name N] [--min-rows N] [--param K=V] | "
+                "index ROOT drop NAME | index ROOT list (or the action first: index list ROOT, "
+                "index create ROOT COLUMN INDEX_TYPE, index drop ROOT NAME)")
+
+
+def _index_positionals(args: argparse.Namespace) -> None:
+    """ROOT, the action and its arguments in either order (``index ROOT list`` or ``index list
+    ROOT``), into ``args.root``, ``args.action`` and ``args.target``."""
+    if args.action in _INDEX_ARGS:  # index [ROOT] ACTION ARG...
+        if len(args.target) != _INDEX_ARGS[args.action]:
+            raise UsageError(_INDEX_USAGE)
+        return
+    if args.root not in _INDEX_ARGS:
+        raise UsageError(f"unknown index action {args.action!r}: {_INDEX_USAGE}")
+    action, rest = args.root, [args.action, *args.target]  # index ACTION ROOT ARG...
+    want = _INDEX_ARGS[action]
+    if len(rest) == want + 1:
+        args.root, args.target = rest[0], rest[1:]
+    elif len(rest) == want and args.config:  # index --config FILE ACTION ARG...
+        args.root, args.target = None, rest
+    else:
+        raise UsageError(_INDEX_USAGE)
+    args.action = action
+
+
 def _cmd_index(args: argparse.Namespace) -> Any:
+    _index_positionals(args)
     ns = _open(args)
-    want = {"create": 2, "drop": 1, "list": 0}[args.action]
-    if len(args.target) != want:
-        raise UsageError({"create": "index ROOT create COLUMN INDEX_TYPE [--name N] [--min-rows N] [--param K=V]",
-                          "drop": "index ROOT drop NAME", "list": "index ROOT list"}[args.action])
     if args.action == "list":
         out = ns.list_indexes()
         if args.json:
@@ -656,9 +680,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help: str, func: Callable[[argparse.Namespace], Any], root: bool = True,
-            description: str | None = None) -> argparse.ArgumentParser:
+            description: str | None = None, usage: str | None = None) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=description or help, parents=[_common(root)],
-                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc[3].strip())
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc[3].strip(), usage=usage)
         if root:
             sp.add_argument("root", nargs="?", metavar="ROOT", help="namespace root: a directory or URI (s3://...)")
         sp.set_defaults(func=func)
@@ -816,12 +840,16 @@ def build_parser() -> argparse.ArgumentParser:
     _max_retries(al)
 
     ix = add("index", "declare, drop or list the indexes kept on every partition table", _cmd_index,
+             usage="%(prog)s ROOT {create,drop,list} [ARG ...] [options]\n"
+                   "       %(prog)s {create,drop,list} ROOT [ARG ...] [options]\n"
+                   "       %(prog)s --config FILE {create,drop,list} [ARG ...] [options]",
              description="create COLUMN INDEX_TYPE: declare an index (IVF_PQ, IVF_HNSW_SQ, ... INVERTED, BTREE, "
                          "BITMAP, LABEL_LIST) and build it on every published partition table of at least "
                          "--min-rows rows, in one publish; writes and compactions keep it from then on. "
                          "drop NAME: remove it everywhere, in one publish. list: the declarations and how many "
                          "tables carry each.")
-    ix.add_argument("action", choices=("create", "drop", "list"))
+    ix.add_argument("action", metavar="{create,drop,list}",
+                    help="what to do; before or after ROOT (index ROOT list, index list ROOT)")
     ix.add_argument("target", nargs="*", metavar="ARG", help="create: COLUMN INDEX_TYPE; drop: NAME")
     ix.add_argument("--name", help="index name (default: <column>_<index_type>)")
     ix.add_argument("--min-rows", type=lambda t: _positive_int(t, least=0), default=None, metavar="N",

@@ -389,3 +389,28 @@ def test_explain_without_a_filter_explains_the_full_scan(made, tmp_path, capsys)
     (tmp_path / "job.yaml").write_text(f"namespace:\n  root: {root}\n")
     assert json.loads(call(capsys, "--json", "explain", "--config", str(tmp_path / "job.yaml"), flt)[1]) == by_option
     assert call(capsys, "explain", root, flt, "--filter", flt)[0] == EXIT_USAGE
+
+
+def test_index_takes_the_action_before_or_after_root(made, tmp_path, capsys):
+    """``lancepart index list ROOT`` works as ``lancepart index ROOT list`` does (it was refused:
+    "invalid choice"), for create and drop too; the usage shows both orders."""
+    root = str(made)
+    pq.write_table(demo_events(2000, days=2), tmp_path / "in.parquet")
+    lp("ingest", root, str(tmp_path / "in.parquet"), "-q")
+    code, out, err = call(capsys, "--json", "index", "create", root, "amount", "BTREE", "--min-rows", "0")
+    assert code == EXIT_OK, err
+    assert json.loads(out)["partitions_touched"] > 0
+    listed = call(capsys, "--json", "index", "list", root)
+    assert listed[0] == EXIT_OK, listed[2]
+    assert listed[1] == call(capsys, "--json", "index", root, "list")[1]
+    assert [d["name"] for d in json.loads(listed[1])["indexes"]] == ["amount_btree"]
+    (tmp_path / "job.yaml").write_text(f"namespace:\n  root: {root}\n")
+    assert call(capsys, "--json", "index", "--config", str(tmp_path / "job.yaml"), "list")[1] == listed[1]
+    code, out, err = call(capsys, "index", "drop", root, "amount_btree")
+    assert code == EXIT_OK, err
+    assert "no index declared" in call(capsys, "index", root, "list")[1]
+    code, _, err = call(capsys, "index", root, "frobnicate")
+    assert code == EXIT_USAGE and "index ROOT list" in err and "index list ROOT" in err
+    assert call(capsys, "index", "list", root, "extra")[0] == EXIT_USAGE
+    usage = call(capsys, "index", "--help")[1]
+    assert "lancepart index ROOT {create,drop,list}" in usage and "lancepart index {create,drop,list} ROOT" in usage
