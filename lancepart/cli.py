@@ -18,6 +18,7 @@
     lancepart rollback ROOT --version N [--max-retries N]
     lancepart merge ROOT FILE... --on COL[,COL...] [--when-matched update|ignore] [--batch-id ID]
     lancepart alter ROOT [--add NAME:TYPE] [--rename OLD=NEW] [--drop NAME] [--widen NAME:TYPE]
+    lancepart search ROOT --column C --query Q [--k 10] [--filter SQL] [--text] [--columns A,B] [--metric M]
     lancepart index ROOT create COLUMN INDEX_TYPE [--name N] [--min-rows N] [--param K=V] | drop NAME | list
                                                          (or: index create|drop|list ROOT ...)
 
@@ -638,6 +639,32 @@ def _cmd_index(args: argparse.Namespace) -> Any:
     return None
 
 
+# --------------------------------------------------------------------------- search
+def _cmd_search(args: argparse.Namespace) -> Any:
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    params = dict(args.param or [])
+    if args.metric is not None:
+        params["metric"] = args.metric
+    if args.text:
+        if params:
+            raise UsageError("search --text: --metric and --param apply to a vector search only")
+        ns = _open(args)
+        found = ns.search_text(args.column, args.query, k=args.k, filter=args.filter, columns=columns)
+    else:
+        try:
+            vector = json.loads(args.query)
+        except ValueError:
+            vector = None
+        if not (isinstance(vector, list) and vector
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector)):
+            raise InvalidArgumentError(f"--query {args.query[:60]!r}: a vector search needs a JSON list of numbers, "
+                                       f"e.g. '[0.12, -0.5, ...]' (one per dimension of --column); for a full-text "
+                                       f"query add --text")
+        ns = _open(args)
+        found = ns.search(args.column, vector, k=args.k, filter=args.filter, columns=columns, **params)
+    return found.to_pylist()
+
+
 # --------------------------------------------------------------------------- parser
 def _common(with_config: bool) -> argparse.ArgumentParser:
     """Options every subcommand accepts (after its name too: ``lancepart describe ROOT --json``)."""
@@ -838,6 +865,24 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("--widen", action="append", metavar="NAME:TYPE",
                     help="widen a column's type losslessly, e.g. n:int64, x:float64, s:large_string (repeatable)")
     _max_retries(al)
+
+    se = add("search", "nearest rows to a vector, or best full-text matches, across partitions", _cmd_search,
+             description="The --k published rows nearest to the vector --query in --column (a JSON list of "
+                         "numbers; _distance ascending), or with --text the best full-text matches (_score "
+                         "descending; the column needs an INVERTED index: `lancepart index ROOT create COLUMN "
+                         "INVERTED`), among the rows --filter selects; partitions are pruned with the filter. "
+                         "One JSON line per row (--json: one JSON array). docs/search.md.")
+    se.add_argument("--column", required=True, metavar="C", help="the vector (or, with --text, string) column")
+    se.add_argument("--query", required=True, metavar="Q",
+                    help="a JSON list of numbers, e.g. '[0.1, 0.2, ...]'; with --text the words to match")
+    se.add_argument("--k", type=_positive_int, default=10, metavar="N", help="rows to return (default: 10)")
+    se.add_argument("--filter", metavar="SQL", help="SQL filter over source columns, e.g. \"tenant = 'acme'\"")
+    se.add_argument("--text", action="store_true", help="a full-text query (INVERTED index) instead of a vector")
+    se.add_argument("--columns", metavar="A,B", help="columns to return (default: all), plus _distance or _score")
+    se.add_argument("--metric", choices=("l2", "cosine", "dot"),
+                    help="vector distance (default: the metric of the column's vector indexes, else l2)")
+    se.add_argument("--param", action="append", type=_index_param, metavar="KEY=VALUE",
+                    help="a Lance search parameter (JSON value), e.g. nprobes=20 or refine_factor=5; repeatable")
 
     ix = add("index", "declare, drop or list the indexes kept on every partition table", _cmd_index,
              usage="%(prog)s ROOT {create,drop,list} [ARG ...] [options]\n"

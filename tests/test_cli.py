@@ -25,7 +25,8 @@ from tests.conftest import EVENTS_SPEC, expected_keys
 
 _SCRIPT = Path(sys.executable).with_name("lancepart")
 LANCEPART = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "lancepart.cli"]
-COMMANDS = ("create", "describe", "partitions", "explain", "ingest", "compact", "cleanup", "evolve", "migrate")
+COMMANDS = ("create", "describe", "partitions", "explain", "ingest", "compact", "cleanup", "evolve", "migrate",
+            "index", "search")
 SCHEMA = [{"name": "id", "type": "int64", "nullable": False}, {"name": "event_date", "type": "date32"},
           {"name": "event_ts", "type": "timestamp"}, {"name": "country", "type": "utf8"},
           {"name": "user_id", "type": "int64"}, {"name": "amount", "type": "float64"}]

@@ -348,3 +348,50 @@ def test_a_handle_keeps_its_snapshot_and_sees_a_publish_after_refresh(ns, data):
     got = ns.refresh().search("v", q, k=3, filter=flt)
     assert got.column("id").to_pylist()[0] == 888_888
     assert ns.search("v", q, k=3).column("id").to_pylist()[0] == 888_888
+
+
+# ----------------------------------------------------------------------------- command line
+def test_search_on_the_command_line(ns, data, capsys):
+    """``lancepart search ROOT --column C --query Q``: a vector (a JSON list) or, with
+    ``--text``, a full-text query; one JSON line per row, ``--json`` one JSON array; the rows
+    are exactly ``ns.search`` / ``ns.search_text``'s."""
+    import json
+
+    from lancepart.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    q = query(3)
+    flt = "tenant IN ('t1', 't8') AND g < 3"
+    code, out, err = run("search", ns.root, "--column", "v", "--query", json.dumps(q.tolist()), "--k", "7",
+                         "--filter", flt, "--columns", "id,tenant")
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    want = ns.search("v", q, k=7, filter=flt, columns=["id", "tenant"])
+    assert [r["id"] for r in rows] == want.column("id").to_pylist()
+    assert [r["_distance"] for r in rows] == pytest.approx(want.column("_distance").to_pylist())
+    assert set(rows[0]) == {"id", "tenant", "_distance"} and {r["tenant"] for r in rows} <= {"t1", "t8"}
+    code, out, _ = run("--json", "search", ns.root, "--column", "v", "--query", json.dumps(q.tolist()),
+                       "--metric", "cosine")
+    doc = json.loads(out)
+    assert code == 0 and len(doc) == 10  # --k defaults to 10, every column
+    assert [r["id"] for r in doc] == ns.search("v", q, k=10, metric="cosine").column("id").to_pylist()
+    assert len(doc[0]["v"]) == DIM
+
+    code, _, err = run("search", ns.root, "--column", "body", "--query", "mountain", "--text")
+    assert code == 2 and "InvalidArgumentError" in err and "INVERTED" in err  # no index yet: named, exit 2
+    assert run("index", ns.root, "create", "body", "INVERTED", "--min-rows", "0", "-q")[0] == 0
+    code, out, err = run("--json", "search", ns.root, "--column", "body", "--query", "mountain", "--text",
+                         "--k", "5", "--filter", "tenant = 't3'", "--columns", "id,body")
+    assert code == 0, err
+    want = ns.refresh().search_text("body", "mountain", k=5, filter="tenant = 't3'", columns=["id", "body"])
+    assert [r["id"] for r in json.loads(out)] == want.column("id").to_pylist()
+    assert all("mountain" in r["body"].split() for r in json.loads(out))
+
+    code, _, err = run("search", ns.root, "--column", "v", "--query", "mountain")
+    assert code == 2 and "JSON list of numbers" in err and "--text" in err
+    assert run("search", ns.root, "--column", "v")[0] == 64  # --query is required
