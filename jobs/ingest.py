@@ -6,8 +6,10 @@ Creates the namespace from the config's schema and spec when it does not exist, 
 source (Parquet, CSV, JSON or the built-in generator), runs the config's expectations,
 writes Lance fragments on the executors and publishes them in one __manifest commit, then
 prints a JSON summary (rows, partitions touched/created, manifest version, retries,
-seconds). Exit codes: 0 published or skipped (batch id already published), 2 a lancepart
-error (nothing published).
+seconds). A batch id (``batch_id:`` or ``--batch-id``) that is already published is found
+before the SparkSession is created: the job prints the skipped summary (``"skipped": true``)
+without starting Spark. Exit codes: 0 published or skipped (batch id already published), 2 a
+lancepart error (nothing published).
 """
 
 from __future__ import annotations

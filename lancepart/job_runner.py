@@ -68,8 +68,37 @@ def source_dataframe(spark, cfg: JobConfig):
     return getattr(reader, src.kind)(src.path)
 
 
+def published_batch(cfg: JobConfig) -> dict[str, Any] | None:
+    """The summary of the ingest ``cfg`` describes when its ``batch_id`` is published already
+    (``skipped: true``, as the Spark write reports it), found without Spark; None when the
+    batch has to be written (no batch id, no namespace yet, or the id is not published). The
+    publish checks again, atomically: this only spares a rerun the Spark start."""
+    from lancepart.write.batches import check_batch_id
+    from lancepart.write.publish import already_published
+
+    if cfg.batch_id is None:
+        return None
+    started = time.monotonic()
+    check_batch_id(cfg.batch_id)
+    nc = cfg.namespace
+    try:
+        ns = PartitionedNamespace.open(nc.root, storage_options=nc.storage_options or None)
+    except NamespaceNotFoundError:
+        return None
+    done = already_published(ns.manifest, ns.snapshot(), cfg.batch_id, started)
+    if done is None:
+        return None
+    log.info("batch %r is already published in %s: nothing to write, Spark not started", cfg.batch_id, ns.root)
+    return {"root": ns.root, "namespace_created": False, "spec_id": ns.current_spec.id, "mode": cfg.mode,
+            **done.to_dict()}
+
+
 def run_ingest(cfg: JobConfig) -> dict[str, Any]:
-    """Open (or create) the namespace, read the source, gate it, write it and publish it once."""
+    """Open (or create) the namespace, read the source, gate it, write it and publish it once.
+    A batch id that is published already returns the skipped summary before Spark starts
+    (:func:`published_batch`)."""
+    if (skipped := published_batch(cfg)) is not None:
+        return skipped
     from pyspark.sql import SparkSession  # noqa: F401 - imported here, before great_expectations starts importing
 
     from lancepart.spark import write

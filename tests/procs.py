@@ -88,3 +88,30 @@ def rival_publishes_first(ns, go: str, publish: Callable[[], object], filter: st
     finally:
         th.join()
     assert not errors, errors
+
+
+# a jobs/*.py entry point run as `python jobs/<job>.py --config ...`, then: did it start Spark?
+_PROBE = """
+import json, runpy, sys
+job, args = sys.argv[1], sys.argv[2:]
+sys.argv = [job, *args]
+try:
+    runpy.run_path(job, run_name="__main__")
+    code = 0
+except SystemExit as e:
+    code = e.code
+from pyspark import SparkContext
+print(json.dumps({"exit": code, "spark_context": SparkContext._active_spark_context is not None,
+                  "jvm": SparkContext._gateway is not None}), file=sys.stderr)
+"""
+
+
+def run_job_probe(job: str, *args: str) -> tuple[dict, dict]:
+    """(the job's JSON summary, {"exit", "spark_context", "jvm"}) of ``jobs/<job>.py`` run in a
+    fresh Python process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    env["PYTHONPATH"] = str(HERE.parent)
+    proc = subprocess.run([sys.executable, "-c", _PROBE, str(HERE.parent / "jobs" / f"{job}.py"), *args],
+                          cwd=HERE.parent, env=env, capture_output=True, text=True, timeout=300)
+    probe = json.loads(proc.stderr.strip().splitlines()[-1])
+    return (json.loads(proc.stdout) if proc.stdout.strip() else {}), probe

@@ -18,6 +18,7 @@ from lancepart import PartitionedNamespace
 from lancepart.config import JobConfig
 from lancepart.job_runner import run_ingest
 from lancepart.sample import demo_events
+from tests.procs import run_job_probe
 
 pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[1]
@@ -75,6 +76,33 @@ def test_spark_submit_wrapper_runs_the_job(tmp_path):
     details = summary["details"]
     for key in ("expectations_s", "write_s", "reserve_s", "commit_tables_s", "manifest_commit_s", "publish_s"):
         assert details[key] >= 0, (key, details)
+
+
+def test_a_rerun_of_a_published_batch_does_not_start_spark(spark, tmp_path):
+    """``make demo`` run again: the config's batch id is published already, so the job prints
+    the skipped summary and exits 0 before it creates a SparkSession (on a cluster: before
+    every executor copies and unpacks the shipped environment). The same with the id given
+    as --batch-id."""
+    cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    cfg["namespace"]["root"] = str(tmp_path / "ns")
+    cfg["source"]["rows"] = 3_000
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    first = run_ingest(JobConfig.load(str(path)))
+    assert first["rows_written"] == 3_000 and not first["skipped"]
+
+    summary, probe = run_job_probe("ingest", "--config", str(path))
+    assert probe == {"exit": 0, "spark_context": False, "jvm": False}, (probe, summary)
+    assert summary["skipped"] is True and summary["batch_id"] == cfg["batch_id"]
+    assert summary["manifest_version"] == first["manifest_version"] and summary["rows_written"] == 0
+    assert summary["namespace_created"] is False and summary["spec_id"] == first["spec_id"]
+    assert summary["details"]["batch_id_published_in"] == first["manifest_version"]
+    assert set(summary) == set(first) | {"job_seconds"}  # the summary a skipped Spark write prints
+
+    del cfg["batch_id"]
+    path.write_text(yaml.safe_dump(cfg))
+    summary, probe = run_job_probe("ingest", "--config", str(path), "--batch-id", first["batch_id"])
+    assert probe == {"exit": 0, "spark_context": False, "jvm": False} and summary["skipped"] is True
 
 
 def test_job_exit_code_on_bad_config(tmp_path):
