@@ -3,8 +3,9 @@
 Usage: ./spark-submit.sh jobs/compact.py --config configs/compact-demo.yaml [spark-submit options]
 
 Plans on the driver at every table's published read_version (tables pinned by read_tag /
-read_branch are skipped), rewrites each table that has small fragments or many deleted rows
-in one Spark task, then commits the tables and publishes them in one __manifest commit, safe
+read_branch are skipped) before it creates a SparkSession: with nothing to rewrite, Spark never
+starts. Otherwise it rewrites each table that has small fragments or many deleted rows in a
+Spark task, then commits the tables and publishes them in one __manifest commit, safe
 beside live writers. Prints a JSON summary (tables compacted, rows rewritten, fragments and
 bytes before/after, manifest version, seconds per phase). Exit codes: 0 compacted or nothing
 to do, 3 some tables could not be read and were skipped (named under "failures"; the others

@@ -125,16 +125,18 @@ def run_ingest(cfg: JobConfig) -> dict[str, Any]:
 
 
 def run_compact(cfg: JobConfig) -> dict[str, Any]:
-    """Compact the configured namespace's partition tables on Spark executors and publish them once."""
-    from lancepart.spark import compact
+    """Compact the configured namespace's partition tables on Spark executors and publish them
+    once. The plan is made first, on the driver: with nothing to rewrite, Spark never starts."""
+    from lancepart.spark.compact import compact_on_demand
     from lancepart.spark.session import get_session
 
-    spark = get_session(cfg.spark.get("app_name", "lancepart-compact"), cfg.spark.get("conf"))
     nc, cc = cfg.namespace, cfg.compact
     ns = PartitionedNamespace.open(nc.root, storage_options=nc.storage_options or None)  # never created here
     log.info("compact %s (filter=%s, target_rows_per_fragment=%d)", ns.root, cc.filter, cc.target_rows_per_fragment)
-    result = compact(spark, ns.root, cc.filter, cc.target_rows_per_fragment,
-                     storage_options=nc.storage_options or None, min_small_fragments=cc.min_small_fragments,
-                     materialize_deletions_threshold=cc.materialize_deletions_threshold,
-                     tables_per_task=cc.tables_per_task)
+    result = compact_on_demand(lambda: get_session(cfg.spark.get("app_name", "lancepart-compact"),
+                                                   cfg.spark.get("conf")),
+                               ns.root, cc.filter, cc.target_rows_per_fragment,
+                               storage_options=nc.storage_options or None, min_small_fragments=cc.min_small_fragments,
+                               materialize_deletions_threshold=cc.materialize_deletions_threshold,
+                               tables_per_task=cc.tables_per_task)
     return {"root": ns.root, "filter": cc.filter, **result.to_dict()}

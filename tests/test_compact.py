@@ -385,6 +385,26 @@ def test_a_deleted_table_directory_after_a_schema_change_is_listed_and_the_cli_e
     assert list(out["failures"]) == [victim.object_id] and out["partitions_touched"] == 0
 
 
+def test_the_compaction_job_with_nothing_to_compact_does_not_start_spark(small, tmp_path):
+    """jobs/compact.py plans on the driver first: a namespace with nothing to compact gets the
+    usual summary (nothing touched, exit 0) without a SparkSession, so a nightly run on a quiet
+    namespace does not make a cluster's executors fetch and unpack the shipped environment."""
+    from tests.procs import run_job_probe
+
+    ns, rows = small
+    ns.compact()  # one fragment per table from here on
+    version = ns.refresh().manifest_version
+    cfg = yaml.safe_load((HERE.parent / "configs" / "compact-demo.yaml").read_text())
+    cfg["namespace"]["root"] = ns.root
+    (tmp_path / "compact.yaml").write_text(yaml.safe_dump(cfg))
+    summary, probe = run_job_probe("compact", "--config", str(tmp_path / "compact.yaml"))
+    assert probe == {"exit": 0, "spark_context": False, "jvm": False}, (probe, summary)
+    assert summary["partitions_touched"] == 0 and summary["details"]["tables_planned"] == 0
+    assert summary["details"]["tables_examined"] == len(ns.partitions()) and summary["failures"] == {}
+    assert summary["manifest_version"] == version and summary["root"] == ns.root
+    assert PartitionedNamespace.open(ns.root).to_table().sort_by("id").equals(rows)
+
+
 @pytest.mark.spark
 def test_spark_compaction_isolates_a_corrupt_table(small, spark, capsys):
     from lancepart import spark as lps

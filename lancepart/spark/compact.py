@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lancepart.deprecation import keyword_only
@@ -74,6 +74,38 @@ def compact(
     >>> # from lancepart import spark as lps; lps.compact(spark, "/data/events", target_rows_per_fragment=1 << 20)
     """
     register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
+    return _compact(lambda: spark, root, filter, target_rows_per_fragment, storage_options=storage_options,
+                    min_small_fragments=min_small_fragments,
+                    materialize_deletions_threshold=materialize_deletions_threshold,
+                    compact_manifest_table=compact_manifest_table, max_retries=max_retries,
+                    tables_per_task=tables_per_task)
+
+
+@public_operation("lps.compact", root_arg=1)
+def compact_on_demand(session: Callable[[], Any], root: str, filter: str | None = None,
+                      target_rows_per_fragment: int = DEFAULT_TARGET_ROWS, **options: Any) -> CommitResult:
+    """:func:`compact` with the Spark session asked for (``session()``) only once the plan has a
+    table to rewrite: when nothing needs compacting, no Spark starts at all (on a cluster, no
+    executor fetches and unpacks the shipped environment) and the rest (index maintenance,
+    ``__manifest`` compaction) runs on the driver as it would anyway. ``jobs/compact.py`` runs it.
+
+    >>> # compact_on_demand(lambda: get_session("compact"), "/data/events")
+    """
+
+    def spark() -> Any:
+        s = session()
+        register(s, strict=False)
+        return s
+
+    return _compact(spark, root, filter, target_rows_per_fragment, **options)
+
+
+def _compact(session: Callable[[], Any], root: str, filter: str | None, target_rows_per_fragment: int, *,
+             storage_options: Mapping[str, str] | None = None,
+             min_small_fragments: int = DEFAULT_MIN_SMALL_FRAGMENTS,
+             materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
+             compact_manifest_table: bool = True, max_retries: int = 20,
+             tables_per_task: int | None = None) -> CommitResult:
     started = time.monotonic()
     if tables_per_task is not None and (not isinstance(tables_per_task, int) or tables_per_task < 1):
         raise InvalidArgumentError(f"tables_per_task must be a positive integer, got {tables_per_task!r}")
@@ -86,7 +118,7 @@ def compact(
     failures: dict[str, str] = {}
     if plan.tables:
         counts: dict[str, Any] = {}
-        answers = run_on_executors(spark, ns.storage_options, [tp.to_json() for tp in plan.tables],
+        answers = run_on_executors(session(), ns.storage_options, [tp.to_json() for tp in plan.tables],
                                    _rewrite_task(ns.root), counts, items_per_task=tables_per_task)
         phases["spark_tasks"] = counts["spark_tasks"]
         rewrites = [TableRewrite.from_json(json.dumps(d)) for d in answers if not d.get("failed")]
