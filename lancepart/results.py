@@ -1,4 +1,4 @@
-"""Plain result records returned by the public API (README "Using it")."""
+"""Plain result records returned by the public API (docs/guide.md)."""
 
 from __future__ import annotations
 

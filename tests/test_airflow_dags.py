@@ -1,5 +1,5 @@
 """airflow_dags/ in a real Airflow: a DagBag, and ``dag.test()`` runs that call the real
-``./spark-submit.sh jobs/*.py`` and ``lancepart`` commands (README "Command line":
+``./spark-submit.sh jobs/*.py`` and ``lancepart`` commands (docs/guide.md "Command line":
 the DAGs call exactly those commands).
 
 Airflow runs in subprocesses (tests/airflow_proc.py) with AIRFLOW_HOME and its sqlite
@@ -105,7 +105,7 @@ def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
     """The ingest DAG end to end with ``dag.test()``: the first attempt publishes and then dies
     (``LANCEPART_FAULT=after_manifest_commit:exit`` in the Spark driver), Airflow retries the
     task, and the retry finds its batch id published and writes nothing (spec "Transaction";
-    README "Writing": batch_id)."""
+    docs/guide.md "Writing": batch_id)."""
     from lancepart import PartitionedNamespace
     from lancepart.write.batches import find_batch
 
@@ -141,7 +141,7 @@ def test_maintenance_dag_compacts_then_cleans_up(airflow_env, tmp_path):
     """The maintenance DAG end to end: jobs/compact.py on Spark merges the small fragments of
     three local ingests, then ``lancepart cleanup --older-than 1h`` (the smallest retention the
     DAG asks for) keeps the versions that are younger than that; the published rows are
-    unchanged (spec "Transaction"; README "Compaction" and "Cleanup"; issue 11 item 4)."""
+    unchanged (spec "Transaction"; docs/guide.md "Compaction" and "Cleanup"; issue 11 item 4)."""
     import pyarrow.parquet as pq
 
     from lancepart import PartitionedNamespace

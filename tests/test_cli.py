@@ -1,4 +1,4 @@
-"""The ``lancepart`` console script, run as a real process (README "Command line").
+"""The ``lancepart`` console script, run as a real process (docs/guide.md "Command line").
 
 Round trip create -> ingest -> describe -> compact -> cleanup -> partitions/explain on a real
 namespace, the exit codes scripts rely on (0 ok, 1 unexpected, 2 lancepart error, 64 usage,
@@ -137,7 +137,7 @@ def test_round_trip(made, tmp_path, capsys):
 
 
 def test_ingest_overwrite_and_config_root(made, tmp_path):
-    """``--mode overwrite`` replaces exactly the partitions the input touches (README "Writing"),
+    """``--mode overwrite`` replaces exactly the partitions the input touches (docs/guide.md "Writing"),
     and ``--config`` stands in for ROOT."""
     root = str(made)
     data = demo_events(3000, days=3)

@@ -1,4 +1,4 @@
-"""The `lancepart` command and job configs (README "Command line")."""
+"""The `lancepart` command and job configs (docs/guide.md "Command line")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compaction of partition tables (README "Compaction", ``ns.compact``): spec/partitioning.md "Transaction"
+"""Compaction of partition tables (docs/guide.md "Compaction", ``ns.compact``): spec/partitioning.md "Transaction"
 (every table read and rewritten at its published ``read_version`` / ``read_tag``; ONE atomic
 ``__manifest`` commit; rebase-or-fail on conflict) and docs/design.md §8 (versions beyond
 ``read_version`` are never published by someone else), with real Lance tables, real processes

@@ -125,7 +125,7 @@ def test_checkpoint_after_a_filtered_query_holds_everything(spark, filled, oracl
 
 
 def test_sql_view_count_after_a_filtered_select_counts_everything(spark, filled, oracle):
-    """The README's SQL example: a filtered SELECT, then SELECT count(*), on one temporary view."""
+    """The SQL example of docs/guide.md: a filtered SELECT, then SELECT count(*), on one temporary view."""
     rows, by_country, by_day = oracle
     spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW lp_reuse USING lancepart OPTIONS (path '{filled}')")
     try:

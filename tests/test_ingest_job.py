@@ -1,5 +1,5 @@
 """jobs/ingest.py end to end: config -> namespace -> Spark write -> one publish (README
-"Command line"). Runs the job function in-process on the shared local[2] session,
+"Ways in", docs/guide.md "Command line"). Runs the job function in-process on the shared local[2] session,
 and the real ./spark-submit.sh once."""
 
 from __future__ import annotations

@@ -509,7 +509,7 @@ def test_spark_job_adopts_a_concurrent_creators_tables_on_s3(spark, s3, s3_ns, m
 
 @pytest.mark.spark
 def test_spark_write_read_compact_on_s3(spark, s3, s3_ns):
-    """The Spark path end to end on the store (README "Spark"; spec/partitioning.md
+    """The Spark path end to end on the store (docs/guide.md "From Spark"; spec/partitioning.md
     "Transaction"): two lps.write jobs (two fragments in every partition table), lps.read of
     the whole snapshot and of one day with a projection, lps.compact (executors rewrite, the
     driver publishes one __manifest commit), then the same rows read back, every table at a

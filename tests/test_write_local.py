@@ -304,7 +304,7 @@ def test_record_batch_reader_in_chunks_publishes_once(ns):
 
 def test_write_reports_phase_timings(ns):
     """Issue 12 item 5: ``CommitResult.details`` of ``ns.write`` carries the time of each phase
-    (README "Using it" promises phase timings): present, numbers, never negative. No thresholds."""
+    (docs/guide.md promises phase timings): present, numbers, never negative. No thresholds."""
     data = demo_events(6_000, seed=5)
     r = ns.write(data.to_reader(max_chunksize=1_000), chunk_rows=3_000)
     d = r.details

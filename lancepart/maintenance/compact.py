@@ -1,5 +1,5 @@
 """Compaction of partition tables, published in ONE ``__manifest`` commit (spec "Transaction /
-Commit Behavior"; docs/design.md §8; README "How commits stay atomic").
+Commit Behavior"; docs/design.md §8; docs/layout.md "How commits stay atomic").
 
 Three phases, engine-agnostic (Spark runs the middle one on executors, :mod:`lancepart.spark.compact`):
 
