@@ -415,3 +415,13 @@ def test_index_takes_the_action_before_or_after_root(made, tmp_path, capsys):
     assert call(capsys, "index", "list", root, "extra")[0] == EXIT_USAGE
     usage = call(capsys, "index", "--help")[1]
     assert "lancepart index ROOT {create,drop,list}" in usage and "lancepart index {create,drop,list} ROOT" in usage
+
+
+def test_the_readme_lists_every_command():
+    """README "Ways in" shows every subcommand of the console script, one line each."""
+    from lancepart.cli import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    missing = [name for name in sub.choices if f"\nlancepart {name} " not in readme]
+    assert not missing, f"README.md does not show: {missing}"
