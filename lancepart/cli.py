@@ -42,6 +42,7 @@ named; the rest was done); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -979,6 +980,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(EXIT_LANCEPART, type(e).__name__, str(e), args.json)
     except KeyboardInterrupt:
         return _fail(EXIT_INTERRUPTED, "interrupted", "stopped by the user", args.json)
+    except BrokenPipeError:  # what reads stdout stopped reading (`lancepart changes ROOT --from 1 | head`)
+        with contextlib.suppress(OSError):  # nothing more goes there, not even at exit's flush
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as e:  # anything else is a bug or an environment problem
         if args.debug or os.environ.get("LANCEPART_DEBUG"):
             traceback.print_exc()

@@ -166,3 +166,18 @@ def test_cli_changes_prints_json_lines(history, capsys):
     assert main(["changes", root, "--from", str(at["append2"]), "--to", str(at["delete"])]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
     assert lines and all(x["_commit_version"] == at["delete"] and x["_change_type"] == "delete" for x in lines)
+
+
+def test_cli_output_piped_into_head_ends_quietly(history):
+    """`lancepart changes ROOT --from N | head -1`: the reader stops early; the command exits 0
+    without a BrokenPipeError."""
+    import os
+    import subprocess
+    import sys
+
+    root, at = history
+    lancepart = os.path.join(os.path.dirname(sys.executable), "lancepart")
+    run = subprocess.run(["bash", "-c", f"set -o pipefail; '{lancepart}' changes '{root}' --from {at['start']} "
+                                        f"| head -1"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert len(run.stdout.splitlines()) == 1 and "BrokenPipe" not in run.stderr
