@@ -65,35 +65,31 @@ def main() -> None:
               file=sys.stderr)
         for r in range(args.rounds):
             n = args.rows // 100
-            ops = {
-                "append 1%": (lambda t: ns.write(t), lambda t: write_deltalake(dt, t, mode="append")),
-                "delete ~0.5%": (lambda t: ns.delete(f"id % 200 = {r}"),
-                                 lambda t: dt.delete(f"id % 200 = {r}")),
-                "merge 1% of keys": (
-                    lambda t: ns.merge(t, on=["id"]),
-                    lambda t: dt.merge(t, "s.id = t.id", source_alias="s", target_alias="t")
-                    .when_matched_update_all().when_not_matched_insert_all().execute()),
-            }
-            for kind, (lp_op, delta_op) in ops.items():
+            for kind in ("append 1%", "delete ~0.5%", "merge 1% of keys"):
+                t = None
                 if kind.startswith("append"):
                     t = table(rng, next_id, n, args.days, schema)
                     next_id += n
-                elif kind.startswith("merge"):
+                    ns.write(t)
+                    write_deltalake(dt, t, mode="append")
+                elif kind.startswith("delete"):
+                    ns.delete(f"id % 200 = {r}")
+                    dt.delete(f"id % 200 = {r}")
+                else:
                     ids = rng.choice(next_id, n, replace=False)
                     t = ns.to_table(f"id IN ({', '.join(map(str, ids[:2000]))})")
                     t = t.set_column(4, "amount", pa.array(np.full(t.num_rows, 1.0)))
-                else:
-                    t = None
-                lp_op(t)
-                delta_op(t)
+                    ns.merge(t, on=["id"])
+                    (dt.merge(t, "s.id = t.id", source_alias="s", target_alias="t")
+                     .when_matched_update_all().when_not_matched_insert_all().execute())
                 ns = ns.refresh()
                 dt = DeltaTable(f"{d}/delta")
-                v, dv = ns.manifest_version, dt.version()
-                sides = [("lancepart", lambda: ns.changes(v - 1, v).read_all()),
-                         ("delta-rs", lambda: dt.load_cdf(starting_version=dv, ending_version=dv).read_all())]
-                for name, read in sides if r % 2 == 0 else sides[::-1]:
+                for name in ("lancepart", "delta-rs") if r % 2 == 0 else ("delta-rs", "lancepart"):
                     t0 = time.perf_counter()
-                    got = read()
+                    if name == "lancepart":
+                        got = ns.changes(ns.manifest_version - 1, ns.manifest_version).read_all()
+                    else:
+                        got = dt.load_cdf(starting_version=dt.version(), ending_version=dt.version()).read_all()
                     times.setdefault(f"{kind} | {name}", []).append(time.perf_counter() - t0)
                     rows[f"{kind} | {name}"] = got.num_rows
     print(json.dumps({"machine": machine("pyarrow", "lance", "deltalake", "lancepart"), "rows": args.rows,
