@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -303,6 +304,10 @@ def test_concurrent_writer_during_index_build_loses_nothing(ns):
                              "--stop", str(stop)], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "started"  # its first publish landed
     r = ns.create_index("vec", "IVF_PQ", min_rows=1000, num_partitions=4, num_sub_vectors=4)
+    # let the writer publish once more after the build (on a loaded machine it may not have yet)
+    deadline = time.monotonic() + 120
+    while manifest_version(ns) <= r.manifest_version and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
     stop.touch()
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0
