@@ -3,8 +3,9 @@
 Inert unless ``LANCEPART_FAULT`` is set, e.g. ``LANCEPART_FAULT=after_table_commits:exit``.
 Form: ``<step>:<action>[:<n>]`` with action ``raise`` (InjectedFault), ``exit``
 (``os._exit(77)``, no cleanup, like kill -9), ``sleep`` (n seconds, default 5) or ``wait``
-(``<step>:wait:<path>``: until the file ``path`` exists, at most :data:`WAIT_LIMIT` seconds: a
-test lets a rival publish first, then creates it); with ``raise``/``exit`` an ``n`` fires on the
+(``<step>:wait:<path>``: creates ``<path>.reached`` on arrival, then waits until the file
+``path`` exists, at most :data:`WAIT_LIMIT` seconds: a test waits for the first file, lets a
+rival publish, then creates the second); with ``raise``/``exit`` an ``n`` fires on the
 n-th time the step is reached (default 1st).
 Several specs may be given separated by commas.
 """
@@ -55,6 +56,8 @@ def checkpoint(step: str) -> None:
             time.sleep(float(arg or 5))
             continue
         if action == "wait":
+            with open(f"{arg}.reached", "a"):
+                pass
             deadline = time.monotonic() + WAIT_LIMIT
             while not os.path.exists(arg) and time.monotonic() < deadline:
                 time.sleep(0.02)

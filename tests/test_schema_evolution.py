@@ -302,24 +302,32 @@ _ONE_CHANGE = textwrap.dedent("""
 """)
 
 
-def _slow_change(root: str, name: str) -> subprocess.Popen:
-    """A process whose update_schema sleeps 4 s between reading the schema and committing."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "LANCEPART_FAULT": "before_schema_commit:sleep:4"}
-    return subprocess.Popen([sys.executable, "-c", _ONE_CHANGE, root, name], env=env, cwd=str(REPO),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _slow_change(root: str, name: str) -> tuple[subprocess.Popen, Path]:
+    """A process whose update_schema, between reading the schema and committing, waits until the
+    returned file exists."""
+    go = Path(root).parent / f"go-{name}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LANCEPART_FAULT": f"before_schema_commit:wait:{go}"}
+    p = subprocess.Popen([sys.executable, "-c", _ONE_CHANGE, root, name], env=env, cwd=str(REPO),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p, go
 
 
-def _when_sleeping(p: subprocess.Popen) -> None:
-    time.sleep(2.5)  # imports, open, then the 4 s sleep: our commit lands inside it
-    assert p.poll() is None
+def _when_waiting(p: subprocess.Popen, go: Path) -> None:
+    """Until the process has read the schema and waits before its commit (however loaded the machine)."""
+    deadline = time.monotonic() + 120
+    while not Path(f"{go}.reached").exists():
+        assert p.poll() is None, p.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "the process never reached its commit"
+        time.sleep(0.02)
 
 
 def test_schema_change_that_lost_the_race_rebases_on_the_newest_schema(ns):
     """Item 6: a change computed on schema S, beaten by another change, is re-validated and
     re-applied on the newest schema: both columns land, with distinct fresh ids."""
-    p = _slow_change(ns.root, "slow")
-    _when_sleeping(p)
+    p, go = _slow_change(ns.root, "slow")
+    _when_waiting(p, go)
     ns.update_schema(add=[pa.field("fast", pa.int64())])
+    go.touch()
     out, err = p.communicate(timeout=120)
     assert json.loads(out.strip().splitlines()[-1])["retries"] >= 1, err[-2000:]
     ns.refresh()
@@ -330,9 +338,10 @@ def test_schema_change_that_lost_the_race_rebases_on_the_newest_schema(ns):
 def test_schema_change_invalid_on_the_newest_schema_is_refused(ns):
     """Item 6: re-validation on the newest schema refuses what has become invalid (the same
     column name added meanwhile): a typed error, one column, nothing overwritten."""
-    p = _slow_change(ns.root, "dup")
-    _when_sleeping(p)
+    p, go = _slow_change(ns.root, "dup")
+    _when_waiting(p, go)
     ns.update_schema(add=[pa.field("dup", pa.utf8())])
+    go.touch()
     out, err = p.communicate(timeout=120)
     res = json.loads(out.strip().splitlines()[-1])
     assert res["error"] == "InvalidArgumentError" and "'dup'" in res["message"], err[-2000:]
@@ -362,13 +371,14 @@ def test_write_whose_table_was_widened_meanwhile_goes_again_in_the_new_form(ns):
     (SchemaChangedError, nothing committed) and the write, whose input is a table in memory,
     goes again on the new schema: its rows land once, with their values."""
     ns.write(demo_events(100, seed=20, start_id=0, days=1))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "LANCEPART_FAULT": "after_fragments:sleep:5"}
+    go = Path(ns.root).parent / "go-write"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LANCEPART_FAULT": f"after_fragments:wait:{go}"}
     p = subprocess.Popen([sys.executable, "-c", _SLOW_WRITE, ns.root], env=env, cwd=str(REPO),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3.0)  # the writer has its fragments and sleeps
-    assert p.poll() is None
+    _when_waiting(p, go)  # the writer has fragments and waits
     ns.update_schema(widen={"country": pa.large_utf8()})
     assert ns.compact(min_small_fragments=99).details["schema_upgraded"] == len(ns.partitions())
+    go.touch()
     out, err = p.communicate(timeout=120)
     res = json.loads(out.strip().splitlines()[-1])
     assert res == {"rows": 100}, err[-2000:]
