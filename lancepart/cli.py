@@ -47,123 +47,42 @@ import json
 import logging
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lancepart import durations
+from lancepart.cli_args import (  # re-exported: callers and tests import them from here
+    STORAGE_OPTIONS_ENV,
+    UsageError,
+    _non_negative_int,
+    _open,
+    _positive_int,
+    _Progress,
+    _target,
+    parse_duration,
+    storage_options,
+)
+from lancepart.cli_read import (
+    _cmd_changes,
+    _cmd_describe,
+    _cmd_explain,
+    _cmd_history,
+    _cmd_partitions,
+    _cmd_search,
+)
 from lancepart.durations import format_duration
 from lancepart.errors import InvalidArgumentError, LancepartError, RetryableError, without_source_locations
 from lancepart.inputs import FORMATS, input_reader
 from lancepart.redact import redacting_output
-from lancepart.stats import describe, human_bytes
+from lancepart.stats import human_bytes
 
 if TYPE_CHECKING:
 
-    from lancepart.namespace import PartitionedNamespace
+    pass
 
 EXIT_OK, EXIT_FAILED, EXIT_LANCEPART, EXIT_USAGE, EXIT_RETRY, EXIT_INTERRUPTED = 0, 1, 2, 64, 75, 130
 EXIT_PROBLEMS = 3  # verify found problems, or a maintenance run left something out (named in its output)
-STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
-
-
-class UsageError(Exception):
-    """A command line that parses but cannot be run as given (exit code 64)."""
-
-
-# --------------------------------------------------------------------------- argument types
-def parse_duration(text: str) -> timedelta:
-    """``7d``, ``36h``, ``90m``, ``45s``, ``2w``, ``1d12h`` or ``0`` -> timedelta (an argparse type).
-
-    >>> parse_duration("1d12h")
-    datetime.timedelta(days=1, seconds=43200)
-    """
-    try:
-        return durations.parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _positive_int(text: str, least: int = 1) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = least - 1
-    if value < least:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {least}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    return _positive_int(text, least=0)
-
-
-# --------------------------------------------------------------------------- shared helpers
-def storage_options(args: argparse.Namespace, from_config: Mapping[str, str] | None = None) -> dict[str, str] | None:
-    """``$LANCEPART_STORAGE_OPTIONS`` (a JSON object), then ``--storage-options-file`` (a JSON or
-    YAML mapping), then the config's ``namespace.storage``, then each ``--storage-option
-    KEY=VALUE``; later ones win. ``${VAR}`` in a file value is the environment variable VAR.
-    Values are never echoed: the env variable and the file keep secrets out of ``ps``."""
-    from lancepart.config import storage_options_from_env, storage_options_from_file
-    from lancepart.redact import register
-
-    try:
-        merged: dict[str, str] = storage_options_from_env()
-    except LancepartError as e:
-        raise UsageError(str(e)) from None
-    path = getattr(args, "storage_options_file_sub", None) or getattr(args, "storage_options_file", None)
-    if path:
-        merged.update(storage_options_from_file(path))
-    merged.update(from_config or {})
-    for item in args.storage_option or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError("--storage-option needs KEY=VALUE (the value is not shown here)")
-        merged[key.strip()] = value
-    register(merged)
-    return merged or None
-
-
-def _read_config_namespace(path: str) -> tuple[str, dict[str, str]]:
-    """``namespace.root`` and ``namespace.storage`` of a job config, checked in full (an unknown
-    key such as ``storage_options:`` is an error, not credentials silently dropped)."""
-    from lancepart.config import JobConfig
-
-    nc = JobConfig.load(path, storage_env=False).namespace  # storage_options() adds the environment
-    return nc.root, dict(nc.storage_options)
-
-
-def _target(args: argparse.Namespace) -> tuple[str, dict[str, str] | None]:
-    """The namespace root and storage options a command works on (ROOT or ``--config``)."""
-    cfg_storage: dict[str, str] = {}
-    root = getattr(args, "root", None)
-    if args.config:
-        cfg_root, cfg_storage = _read_config_namespace(args.config)
-        root = root or cfg_root
-    if not root:
-        raise UsageError(f"{args.command}: give the namespace ROOT or --config FILE")
-    return root, storage_options(args, cfg_storage)
-
-
-def _open(args: argparse.Namespace) -> PartitionedNamespace:
-    from lancepart.namespace import PartitionedNamespace
-
-    root, so = _target(args)
-    return PartitionedNamespace.open(root, storage_options=so)
-
-
-class _Progress:
-    """Progress lines on stderr (silenced by ``-q``)."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.started = time.monotonic()
-
-    def __call__(self, message: str) -> None:
-        if not self.quiet:
-            print(f"lancepart: [{time.monotonic() - self.started:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- create
@@ -199,102 +118,6 @@ def _cmd_create(args: argparse.Namespace) -> Any:
     ns = PartitionedNamespace.create(root, schema, spec, storage_options=so)
     return {"root": ns.root, "spec_id": ns.current_spec.id, "manifest_version": ns.manifest_version,
             "columns": ns.schema.names}
-
-
-# --------------------------------------------------------------------------- describe
-def _cmd_describe(args: argparse.Namespace) -> Any:
-    ns = _open(args)
-    out = describe(ns, sizes=not args.no_sizes, progress=_Progress(args.quiet))
-    if args.json:
-        return out
-    _print_describe(ns, out, args.tables)
-    return None
-
-
-def _print_describe(ns: PartitionedNamespace, out: dict[str, Any], with_tables: bool) -> None:
-    print(f"root: {out['root']}")
-    print(f"manifest version: {out['manifest_version']}")
-    from lancepart.spec import field_id_of
-
-    names = {field_id_of(f): f.name for f in ns.schema}
-    for spec_id, spec in sorted(ns.specs.items()):
-        fields = ", ".join(
-            f"{f.field_id}=" + (f"expression({f.expression!r})" if f.expression is not None else
-                                f"{f.transform}({','.join(names.get(s, str(s)) for s in f.source_ids)})")
-            for f in spec.fields)
-        print(f"spec v{spec_id}{' (current)' if spec_id == out['current_spec'] else ''}: {fields}")
-    print("schema: " + ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in ns.schema))
-    print(f"partitions: {out['partitions']}")
-    if "bytes" in out:
-        print(f"rows: {out['rows']}")
-        print(f"storage: {human_bytes(out['bytes'])} ({out['bytes']} bytes) in {out['partitions']} tables "
-              f"+ __manifest, {out['versions']} versions "
-              f"(__manifest: {human_bytes(out['manifest']['bytes'])}, {out['manifest']['versions']} versions)")
-        if with_tables:
-            for t in out["tables"]:
-                print(f"  {t['object_id']}  v{t['read_version']}  rows={t['rows']}  bytes={t['bytes']}  "
-                      f"versions={t['versions']}  {json.dumps(t['values'], default=str)}")
-
-
-# --------------------------------------------------------------------------- partitions / explain
-def _cmd_partitions(args: argparse.Namespace) -> Any:
-    return [p.to_dict() for p in _open(args).partitions(args.filter)]
-
-
-def _cmd_explain(args: argparse.Namespace) -> Any:
-    from lancepart.read.prune import prune
-
-    if args.config and args.root is not None and args.filter is None:  # with --config the positional is FILTER
-        args.root, args.filter = None, args.root
-    if args.filter is not None and args.filter_opt is not None:
-        raise UsageError("explain: give the filter once, as FILTER or as --filter SQL")
-    if args.filter is None:
-        args.filter = args.filter_opt  # None: the unfiltered scan, every partition kept
-    ns = _open(args)
-    result = prune(args.filter, ns.schema, ns.specs, ns.snapshot().rows)
-    if not args.json:
-        print(result.explain())
-        return None
-    return {"filter": args.filter, "kept": result.kept_counts, "pruned": result.pruned,
-            "predicates": result.predicates, "manifest_sql": result.manifest_sql, "residual": result.residual}
-
-
-def _cmd_history(args: argparse.Namespace) -> Any:
-    entries = _open(args).history(args.limit)
-    if not args.json:
-        for e in entries:
-            fields = (("batch_id", e.batch_id), ("rows", e.rows_written), ("rows_removed", e.rows_removed),
-                      ("partitions", e.partitions_touched))
-            extra = "".join(f" {k}={v}" for k, v in fields if v is not None)
-            print(f"{e.version:>6}  {e.timestamp.isoformat(timespec='seconds')}  {e.operation}{extra}")
-        return None
-    return [e.to_dict() for e in entries]
-
-
-def _cmd_changes(args: argparse.Namespace) -> Any:
-    ns = _open(args)
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-    reader = ns.changes(args.start, args.end, filter=args.filter, columns=columns)
-    counts: dict[str, int] = {}
-    out = [] if args.json else None
-    for batch in reader:
-        for row in batch.to_pylist():
-            counts[row["_change_type"]] = counts.get(row["_change_type"], 0) + 1
-            if out is not None:
-                out.append(row)
-            else:
-                print(json.dumps(row, default=_json_value, ensure_ascii=False))
-    end = args.end if args.end is not None else ns.manifest_version
-    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no rows changed"
-    _Progress(args.quiet)(f"changes of {ns.root} after version {args.start} up to {end}: {summary}")
-    if out is None:
-        return None
-    return {"root": ns.root, "from": args.start, "to": end, "counts": counts,
-            "rows": json.loads(json.dumps(out, default=_json_value))}
-
-
-def _json_value(v: Any) -> Any:
-    return v.isoformat() if hasattr(v, "isoformat") else str(v)
 
 
 def _cmd_rollback(args: argparse.Namespace) -> Any:
@@ -638,32 +461,6 @@ def _cmd_index(args: argparse.Namespace) -> Any:
     print(f"{args.action} index: {result.partitions_touched} of {result.details['tables']} partition tables changed; "
           f"manifest version {result.manifest_version}")
     return None
-
-
-# --------------------------------------------------------------------------- search
-def _cmd_search(args: argparse.Namespace) -> Any:
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-    params = dict(args.param or [])
-    if args.metric is not None:
-        params["metric"] = args.metric
-    if args.text:
-        if params:
-            raise UsageError("search --text: --metric and --param apply to a vector search only")
-        ns = _open(args)
-        found = ns.search_text(args.column, args.query, k=args.k, filter=args.filter, columns=columns)
-    else:
-        try:
-            vector = json.loads(args.query)
-        except ValueError:
-            vector = None
-        if not (isinstance(vector, list) and vector
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector)):
-            raise InvalidArgumentError(f"--query {args.query[:60]!r}: a vector search needs a JSON list of numbers, "
-                                       f"e.g. '[0.12, -0.5, ...]' (one per dimension of --column); for a full-text "
-                                       f"query add --text")
-        ns = _open(args)
-        found = ns.search(args.column, vector, k=args.k, filter=args.filter, columns=columns, **params)
-    return found.to_pylist()
 
 
 # --------------------------------------------------------------------------- parser
