@@ -21,16 +21,6 @@ import numpy as np
 import pyarrow as pa
 
 
-def table(rng: np.random.Generator, start: int, n: int, days: int, schema: pa.Schema) -> pa.Table:
-    return pa.table({
-        "id": pa.array(np.arange(start, start + n), pa.int64()),
-        "event_date": pa.array(rng.integers(20_000, 20_000 + days, n).astype(np.int32)).view(pa.date32()),
-        "country": pa.array(rng.choice(["US", "FR", "DE", "JP", "BR", "IN"], n)),
-        "user_id": pa.array(rng.integers(0, 1_000_000, n), pa.int64()),
-        "amount": pa.array(rng.random(n) * 100),
-    }, schema=schema)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -39,23 +29,17 @@ def main() -> None:
     args = p.parse_args()
 
     from deltalake import DeltaTable, write_deltalake
+    from events_data import SCHEMA, SPEC, events
     from machine_info import machine
 
     from lancepart import PartitionedNamespace
 
-    schema = pa.schema([pa.field("id", pa.int64(), False), ("event_date", pa.date32()), ("country", pa.utf8()),
-                        ("user_id", pa.int64()), ("amount", pa.float64())])
-    spec = {"id": 1, "fields": [
-        {"field_id": "event_date", "source_ids": [1], "transform": {"type": "identity"},
-         "result_type": {"type": "date32"}},
-        {"field_id": "user_bucket", "source_ids": [3], "transform": {"type": "bucket", "num_buckets": 4},
-         "result_type": {"type": "int32"}}]}
     rng = np.random.default_rng(5)
     times: dict[str, list[float]] = {}
     rows: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="lancepart-cdf-") as d:
-        ns = PartitionedNamespace.create(f"{d}/ns", schema, spec)
-        base = table(rng, 0, args.rows, args.days, schema)
+        ns = PartitionedNamespace.create(f"{d}/ns", SCHEMA, SPEC)
+        base = events(rng, 0, args.rows, args.days)
         ns.write(base)
         write_deltalake(f"{d}/delta", base, partition_by=["event_date"],
                         configuration={"delta.enableChangeDataFeed": "true"})
@@ -68,7 +52,7 @@ def main() -> None:
             for kind in ("append 1%", "delete ~0.5%", "merge 1% of keys"):
                 t = None
                 if kind.startswith("append"):
-                    t = table(rng, next_id, n, args.days, schema)
+                    t = events(rng, next_id, n, args.days)
                     next_id += n
                     ns.write(t)
                     write_deltalake(dt, t, mode="append")

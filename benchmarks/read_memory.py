@@ -26,31 +26,18 @@ MODES = ["baseline", "lancepart.to_batches", "lancepart.to_table", "delta.to_bat
 
 def build(dir: str, rows: int, days: int, delta: bool) -> tuple[str, str]:
     import numpy as np
-    import pyarrow as pa
+    from events_data import SCHEMA, SPEC, events
 
     from lancepart import PartitionedNamespace
 
     root, droot = os.path.join(dir, "ns"), os.path.join(dir, "delta")
-    schema = pa.schema([pa.field("id", pa.int64(), False), ("event_date", pa.date32()), ("country", pa.utf8()),
-                        ("user_id", pa.int64()), ("amount", pa.float64())])
-    spec = {"id": 1, "fields": [
-        {"field_id": "event_date", "source_ids": [1], "transform": {"type": "identity"},
-         "result_type": {"type": "date32"}},
-        {"field_id": "user_bucket", "source_ids": [3], "transform": {"type": "bucket", "num_buckets": 4},
-         "result_type": {"type": "int32"}}]}
-    ns = PartitionedNamespace.create(root, schema, spec)
+    ns = PartitionedNamespace.create(root, SCHEMA, SPEC)
     rng = np.random.default_rng(3)
     chunk = 2_000_000
     t0 = time.perf_counter()
     for start in range(0, rows, chunk):
         n = min(chunk, rows - start)
-        t = pa.table({
-            "id": pa.array(np.arange(start, start + n), pa.int64()),
-            "event_date": pa.array(rng.integers(20_000, 20_000 + days, n).astype(np.int32)).view(pa.date32()),
-            "country": pa.array(rng.choice(["US", "FR", "DE", "JP", "BR", "IN"], n)),
-            "user_id": pa.array(rng.integers(0, 1_000_000, n), pa.int64()),
-            "amount": pa.array(rng.random(n) * 100),
-        }, schema=schema)
+        t = events(rng, start, n, days)
         ns.write(t)
         if delta:
             from deltalake import write_deltalake

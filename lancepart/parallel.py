@@ -61,20 +61,24 @@ def stream_in_order(produce: Callable[[T], Iterable[R]], items: Iterable[T], *, 
         return
     stop = threading.Event()
 
+    def offer(q: queue.Queue, item: object) -> bool:
+        """Put ``item`` once there is room; False when the consumer has gone."""
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def run(x: T, q: queue.Queue) -> None:
         try:
             for out in produce(x):
-                while not stop.is_set():
-                    try:
-                        q.put(out, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(q, out):
                     return
-            q.put(_END)
+            offer(q, _END)
         except BaseException as e:  # handed to the consumer, raised there
-            q.put(_Failed(e))
+            offer(q, _Failed(e))
 
     pool = ThreadPoolExecutor(max_workers=min(window, len(items)))
     queues: dict[int, queue.Queue] = {}

@@ -271,7 +271,7 @@ class ChangeTask:
 
 @dataclass
 class ChangePlan:
-    """What a change feed reads: the tasks in commit order, the schemas, and per commit figures."""
+    """What a change feed reads: the tasks in commit order and the schemas."""
 
     tasks: list[ChangeTask]
     schema: pa.Schema  # the namespace schema the rows are read in
@@ -279,14 +279,13 @@ class ChangePlan:
     columns: list[str]
     filter: str | None
     namespace_md: dict[str, str]
-    commits: list[dict[str, Any]]
 
     @property
     def out_schema(self) -> pa.Schema:
         return pa.schema([self.schema.field(c) for c in self.columns] + CHANGE_COLUMNS)
 
     def to_json(self) -> dict[str, Any]:
-        """Everything but the tasks and figures: what each task needs to run elsewhere."""
+        """Everything but the tasks: what each task needs to run elsewhere."""
         import base64
 
         def enc(s: pa.Schema) -> str:
@@ -303,7 +302,7 @@ class ChangePlan:
             return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
         return cls([], dec(d["schema"]), dec(d["read_schema"]), list(d["columns"]), d["filter"],
-                   dict(d["namespace_md"]), [])
+                   dict(d["namespace_md"]))
 
 
 def _check_versions(start_version: Any, end_version: Any, latest: int) -> int:
@@ -337,19 +336,16 @@ def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *,
         ts = dict(retained_versions(manifest.dataset())).get(snapshot_at) or datetime.now(UTC)
         pins = _pins(manifest, snapshot_at, ns, filter)
         tasks = [ChangeTask(snapshot_at, ts, None, None, pins[o]) for o in sorted(pins)]
-        return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata),
-                          [{"version": snapshot_at, "operation": "snapshot", "tables": len(tasks)}])
+        return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata))
     end = _check_versions(start_version, end_version, ns.manifest_version)
     commits = _commits(manifest, start_version, end)
     keys_needed = {c for commit in commits for c in (commit.merge_on or []) if c in schema.names}
     read_schema = pa.schema([f for f in schema if f.name in set(read_schema.names) | keys_needed])
     tasks: list[ChangeTask] = []
-    figures: list[dict[str, Any]] = []
     prev: dict[str, PartitionInfo] | None = None
     prev_version = None
     for commit in commits:
         if changes_nothing(commit.operation):
-            figures.append({"version": commit.version, "operation": commit.operation, "tables": 0})
             continue
         if prev is None or prev_version != commit.version - 1:
             prev = _pins(manifest, commit.version - 1, ns, filter)
@@ -359,9 +355,8 @@ def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *,
                    if o not in prev or o not in cur or not _same_pin(prev[o], cur[o])]
         tasks += [ChangeTask(commit.version, commit.timestamp, commit.merge_on, prev.get(o), cur.get(o),
                              commit.operation) for o in touched]
-        figures.append({"version": commit.version, "operation": commit.operation, "tables": len(touched)})
         prev = cur
-    return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata), figures)
+    return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata))
 
 
 def run_task(root: str, task: ChangeTask, plan: ChangePlan, storage_options: Mapping[str, str] | None = None

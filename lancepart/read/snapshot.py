@@ -123,25 +123,33 @@ TABLES_IN_FLIGHT = 4  # partition tables a streaming read keeps open and reading
 BATCHES_AHEAD = 2  # batches each of them may hold ready before its turn
 
 
+def projected(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
+    """``schema`` projected on ``columns`` (all when None); :class:`InvalidArgumentError` naming an
+    unknown or repeated column."""
+    if columns is None:
+        return schema
+    if isinstance(columns, str):
+        raise InvalidArgumentError(f"columns must be a list of column names, got the string {columns!r}")
+    cols = list(columns)
+    unknown = [c for c in cols if schema.get_field_index(c) < 0]
+    if unknown:
+        raise InvalidArgumentError(f"columns {unknown} are not in the namespace schema (columns: {schema.names})")
+    if len(set(cols)) != len(cols):
+        raise InvalidArgumentError(f"columns {cols} name a column twice")
+    return pa.schema([schema.field(c) for c in cols])
+
+
 def read_schema_for(schema: pa.Schema, filter: str | None,
                     columns: Sequence[str] | None) -> tuple[list[str], pa.Schema]:
     """``(output columns, columns to read)`` of a read of ``columns`` (all when None) with
-    ``filter``: the read adds the columns the filter needs. Unknown or repeated columns are an
-    :class:`InvalidArgumentError` naming them."""
+    ``filter``: the read adds the columns the filter needs (:func:`projected` checks the columns)."""
     from lancepart.predicates import filter_columns
 
-    if isinstance(columns, str):
-        raise InvalidArgumentError(f"columns must be a list of column names, got the string {columns!r}")
-    cols = list(columns) if columns is not None else list(schema.names)
-    unknown = [c for c in cols if c not in schema.names]
-    if unknown:
-        raise InvalidArgumentError(f"columns {unknown} are not in the namespace schema {schema.names}")
-    if len(set(cols)) != len(cols):
-        raise InvalidArgumentError(f"columns {cols} name a column twice")
+    out = projected(schema, columns)
     if not filter:
-        return cols, pa.schema([schema.field(c) for c in cols])
-    needed = set(cols) | set(filter_columns(filter, schema))
-    return cols, pa.schema([f for f in schema if f.name in needed])
+        return list(out.names), out
+    needed = set(out.names) | set(filter_columns(filter, schema))
+    return list(out.names), pa.schema([f for f in schema if f.name in needed])
 
 
 def table_batches(root: str, info: PartitionInfo, schema: pa.Schema, read_schema: pa.Schema, *,

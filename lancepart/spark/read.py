@@ -155,19 +155,10 @@ def empty_frame(spark, struct):
 
 
 def output_schema(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
-    """``schema`` projected on ``columns`` (all when None); :class:`InvalidArgumentError` naming an
-    unknown or repeated column."""
-    if columns is None:
-        return schema
-    if isinstance(columns, str):
-        raise InvalidArgumentError(f"columns must be a list of column names, got the string {columns!r}")
-    cols = list(columns)
-    unknown = [c for c in cols if schema.get_field_index(c) < 0]
-    if unknown:
-        raise InvalidArgumentError(f"columns {unknown} are not in the namespace schema (columns: {schema.names})")
-    if len(set(cols)) != len(cols):
-        raise InvalidArgumentError(f"columns {cols} name a column twice")
-    return pa.schema([schema.field(c) for c in cols])
+    """``schema`` projected on ``columns`` (:func:`lancepart.read.snapshot.projected`)."""
+    from lancepart.read.snapshot import projected
+
+    return projected(schema, columns)
 
 
 # --------------------------------------------------------------------------- planning
