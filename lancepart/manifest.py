@@ -82,6 +82,7 @@ VERSION_FIELDS: tuple[pa.Field, ...] = (
 # Only that namespace implementation reads the key: plain Lance datasets (lancepart's own
 # commits) ignore it, and reading through DirectoryNamespace still works. Bit 62 is far above
 # the bits Lance assigns (from bit 0 upwards). docs/foreign-writers.md.
+_LOG = logging.getLogger("lancepart.manifest")
 NAMESPACE_WRITER_FLAGS_KEY = "lance.namespace.manifest.writer_feature_flags"
 LANCEPART_WRITER_FLAG = 1 << 62
 INDEXES: tuple[tuple[str, str], ...] = (("object_id", "BTREE"), ("object_type", "BITMAP"),
@@ -643,30 +644,125 @@ class Manifest:
         ``mutate`` found in the snapshot it ran on.
         """
         transaction_properties = {OPERATION_PROPERTY: what, **(transaction_properties or {})}
-        for attempt in range(max_retries + 1):
-            snap = self.snapshot()
-            try:
-                rows, value = mutate(snap)  # may raise ManifestConflict: what it built on is gone, rebase
-                if rows is None:
-                    return snap, value, attempt
-                props = ({**transaction_properties, **properties_of(value)} if properties_of is not None
-                         else transaction_properties)
-                if isinstance(rows, ManifestChanges) and not rows.rows_change:
-                    new = self.commit_config(snap, rows, props)
-                elif isinstance(rows, ManifestChanges):
-                    new = self.commit_changes(snap, rows, props)
-                else:
-                    new = self.commit(snap, rows, props)
-                self.maintain_indexes(new)
-                return new, value, attempt
-            except ManifestConflict:
-                if attempt == max_retries:
-                    break
-                backoff(attempt, base_delay, max_delay)
+        lease = CommitLease(self, what)
+        try:
+            for attempt in range(max_retries + 1):
+                snap = lease.wait_for_others(self.snapshot())
+                try:
+                    rows, value = mutate(snap)  # may raise ManifestConflict: what it built on is gone, rebase
+                    if rows is None:
+                        return snap, value, attempt
+                    props = ({**transaction_properties, **properties_of(value)} if properties_of is not None
+                             else transaction_properties)
+                    if isinstance(rows, ManifestChanges) and not rows.rows_change:
+                        new = self.commit_config(snap, rows, props)
+                    elif isinstance(rows, ManifestChanges):
+                        new = self.commit_changes(snap, rows, props)
+                    else:
+                        new = self.commit(snap, rows, props)
+                    self.maintain_indexes(new)
+                    return new, value, attempt
+                except ManifestConflict:
+                    if attempt == max_retries:
+                        break
+                    lease.lost(attempt)
+                    backoff(attempt, base_delay, max_delay)
+        finally:
+            lease.release()
         raise CommitConflictError(
             f"{what}: {max_retries + 1} attempts conflicted with concurrent commits to {self.uri}; "
             f"nothing was published"
         )
+
+
+#: Root property naming the commit that asked the others to wait (docs/design.md §8c).
+LEASE_KEY = "lancepart.commit_lease"
+LEASE_AFTER = 3  # conflicts lost before a commit asks the others to wait
+LEASE_S = 5.0  # how long a lease holds at most (its holder dies: the others wait no longer)
+MAX_WAIT_S = 30.0  # the longest one commit waits for others' leases, over all its attempts
+
+
+class CommitLease:
+    """Fairness between optimistic ``__manifest`` committers (docs/design.md §8c).
+
+    Every commit rebases on a conflict, so one whose rebase takes longer than another
+    process's whole cycle (a delete or an index build beside a writer appending as fast as it
+    can) could lose every round. After :data:`LEASE_AFTER` lost rounds a commit takes a *lease*:
+    the root property :data:`LEASE_KEY` (one metadata-only commit, which Lance rebases over row
+    commits) names it and an expiry at most :data:`LEASE_S` away. Every other lancepart commit
+    that reads a snapshot holding a live lease not its own waits until it is released or expires
+    (at most :data:`MAX_WAIT_S` in all), so the holder's next round meets no competition. The
+    lease is advisory: nothing depends on it for correctness (a commit that read its snapshot
+    before the lease still commits, and the holder simply rebases once more), an expired one is
+    ignored, and a holder killed with its lease held delays others by :data:`LEASE_S` at most.
+    Costs nothing when no commit is losing: the property is read with the snapshot."""
+
+    def __init__(self, manifest: Manifest, what: str) -> None:
+        self.manifest, self.what = manifest, what
+        self.token = f"{os.getpid()}-{random.getrandbits(48):012x}"
+        self.held = False
+        self.waited = 0.0
+
+    @staticmethod
+    def parse(metadata: Mapping[str, str]) -> dict[str, Any] | None:
+        raw = metadata.get(LEASE_KEY)
+        if not raw:
+            return None
+        try:
+            lease = json.loads(raw)
+            return lease if isinstance(lease, dict) and isinstance(lease.get("until"), int | float) else None
+        except ValueError:
+            return None
+
+    def wait_for_others(self, snap: ManifestSnapshot) -> ManifestSnapshot:
+        """``snap``, or a newer snapshot once another commit's live lease in it ended."""
+        while self.waited < MAX_WAIT_S:
+            lease = self.parse(snap.metadata)
+            if lease is None or lease.get("token") == self.token:
+                return snap
+            left = min(float(lease["until"]) - time.time(), LEASE_S, MAX_WAIT_S - self.waited)
+            if left <= 0:
+                return snap
+            step = min(left, 0.05)
+            time.sleep(step)
+            self.waited += step
+            snap = self.manifest.snapshot()
+        return snap
+
+    def lost(self, attempt: int) -> None:
+        """Called after lost round ``attempt`` (0-based): take the lease once enough were lost."""
+        if attempt + 1 < LEASE_AFTER:
+            return
+        value = json.dumps({"token": self.token, "until": round(time.time() + LEASE_S, 3), "what": self.what})
+        try:
+            self._set(value)
+            self.held = True
+            _LOG.info("%s: lost %d rounds to concurrent commits; asked the others to wait (lease until +%.0f s)",
+                     self.what, attempt + 1, LEASE_S)
+        except (CommitConflictError, OSError) as e:  # best effort: the lease only helps
+            _LOG.debug("%s: no lease taken (%s)", self.what, e)
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        try:
+            snap = self.manifest.snapshot()
+            if (self.parse(snap.metadata) or {}).get("token") == self.token:
+                self._set(None)
+        except (CommitConflictError, OSError) as e:  # it expires by itself
+            _LOG.debug("%s: lease not released (%s); it expires", self.what, e)
+
+    def _set(self, value: str | None) -> None:
+        for attempt in range(5):
+            snap = self.manifest.snapshot()
+            try:
+                self.manifest.commit_config(snap, ManifestChanges(metadata={LEASE_KEY: value}),
+                                            {OPERATION_PROPERTY: "commit lease"})
+                return
+            except ManifestConflict:
+                backoff(attempt, 0.01, 0.2)
+        raise CommitConflictError("commit lease: 5 attempts conflicted")
 
 
 def writer_flags_to_set(metadata: Mapping[str, str]) -> int | None:

@@ -294,7 +294,7 @@ def conform(data: pa.Table, mapping: Mapping[str, str | None], target: pa.Schema
 
 
 def read_columns(ds: lance.LanceDataset, schema: pa.Schema, columns: Sequence[str], *, filter: str | None = None,
-                 with_row_address: bool = False) -> pa.Table:
+                 with_row_address: bool = False, fragments: Sequence[Any] | None = None) -> pa.Table:
     """The namespace columns ``columns`` of a partition table version, found by field id (a
     renamed column under its table name, a widened one cast, one the table lacks as NULL): how
     every per-table evaluation (a delete's filter, a merge's keys, replace-where) reads a table
@@ -302,7 +302,7 @@ def read_columns(ds: lance.LanceDataset, schema: pa.Schema, columns: Sequence[st
     legacy ids when the namespace has them (:func:`with_legacy_ids`). ``filter`` (over namespace
     names) is pushed into Lance's scan only when every column it may name is stored under its
     namespace name and type; the caller applies its exact filter afterwards either way. With
-    ``with_row_address``, ``_rowaddr`` comes last."""
+    ``with_row_address``, ``_rowaddr`` comes last. ``fragments``: only these fragments of ``ds``."""
     md = legacy_md(schema)
     mapping = source_columns(ds.schema, md, schema, columns)
     present = list(dict.fromkeys(n for n in mapping.values() if n is not None))
@@ -310,11 +310,12 @@ def read_columns(ds: lance.LanceDataset, schema: pa.Schema, columns: Sequence[st
     table = None
     if filter is not None and same:
         try:
-            table = ds.to_table(columns=present, filter=filter, with_row_address=with_row_address)
+            table = ds.scanner(columns=present, filter=filter, with_row_address=with_row_address,
+                               fragments=fragments).to_table()
         except ValueError as e:  # Lance's planner refused it: scan unfiltered, the exact filter follows
             log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", filter, e)
     if table is None:
-        table = ds.to_table(columns=present, with_row_address=with_row_address)
+        table = ds.scanner(columns=present, with_row_address=with_row_address, fragments=fragments).to_table()
     out = conform(table, mapping, pa.schema([schema.field(c).remove_metadata() for c in columns]))
     if with_row_address:
         out = out.append_column(pa.field("_rowaddr", pa.uint64()), table.column("_rowaddr"))

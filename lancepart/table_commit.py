@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import lance
 from lance import LanceOperation
@@ -37,10 +38,17 @@ Ident = tuple[frozenset[str], tuple[int, int] | None]
 DROPS_UNPUBLISHED = "lancepart: drops unpublished fragments"
 
 
+def file_path(data_file: Any) -> str:
+    """A data file's path (pylance's ``DataFile.path`` property builds a class on every call: a
+    commit loop over a table of many fragments spent most of its time there)."""
+    path = getattr(data_file, "_path", None)
+    return path if isinstance(path, str) else data_file.path
+
+
 def _ident(frag: FragmentMetadata) -> Ident:
     """A fragment's identity: its data files plus its deletion file, if any."""
     df = frag.deletion_file
-    return frozenset(f.path for f in frag.files), None if df is None else (df.read_version, df.id)
+    return frozenset(file_path(f) for f in frag.files), None if df is None else (df.read_version, df.id)
 
 
 def rows_held(ds: lance.LanceDataset) -> dict[int, tuple[int | None, tuple[int, int] | None]]:

@@ -16,7 +16,10 @@ and keeps the version made only if its fragments are still exactly those (else g
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
+import pickle
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 import lance
 import pyarrow as pa
 from lance import LanceOperation
+from lance.dataset import Index
 
 from lancepart.errors import CommitConflictError, InvalidArgumentError, SchemaMismatchError
 from lancepart.lance_io import open_table
-from lancepart.manifest import LanceCommitConflictError, backoff, is_commit_conflict
-from lancepart.table_commit import _ident, commit_exactly
+from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, is_commit_conflict
+from lancepart.table_commit import _ident, commit_exactly, file_path
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle
@@ -169,12 +173,103 @@ def _stale_on_write(ds: lance.LanceDataset, decl: IndexDeclaration) -> str:
     return "partial" if live - covered else "ok"
 
 
+def _field_id(ds: lance.LanceDataset, column: str) -> int | None:
+    """The Lance field id of the top-level column ``column`` in ``ds`` (None: no such column)."""
+    return next((f.id() for f in ds.lance_schema.fields() if f.name() == column), None)
+
+
+def _files_by_id(ds: lance.LanceDataset) -> dict[int, frozenset[str]]:
+    return {f.fragment_id: frozenset(file_path(df) for df in f.metadata.files) for f in ds.get_fragments()}
+
+
+@dataclass
+class Prepared:
+    """One declared index built on one table version and *not committed*
+    (``create_index_uncommitted``): the expensive part of a build, done once per operation. It is
+    committed later, with a cheap ``CreateIndex`` commit, on whichever version the publish needs:
+    restricted to the fragments that version still holds unchanged (same id, same data files;
+    rows deleted since are masked by Lance at query time), the rest brought in by
+    ``optimize_indices`` (a delta over the new fragments only). So a table whose published version
+    moves while its index is built (a writer appends and publishes) costs a commit, not a second
+    build."""
+
+    definition: str  # the declaration's JSON it was built for
+    field_id: int
+    segment: Any  # lance.dataset.Index
+    covers: dict[int, frozenset[str]]  # fragment id -> its data files when built
+    rows: int
+
+    def usable_on(self, ds: lance.LanceDataset) -> set[int]:
+        """The fragment ids of ``ds`` this build indexes as they are there."""
+        return {fid for fid, files in _files_by_id(ds).items() if self.covers.get(fid) == files}
+
+    def worth_using(self, ds: lance.LanceDataset, decl: IndexDeclaration) -> bool:
+        """Built for this definition on this column, and covering at least half of ``ds``'s rows
+        (else the delta would be the bigger part: build anew)."""
+        if self.definition != decl.to_json() or _field_id(ds, decl.column) != self.field_id:
+            return False
+        ids = self.usable_on(ds)
+        covered = sum(f.metadata.physical_rows or 0 for f in ds.get_fragments() if f.fragment_id in ids)
+        return bool(ids) and 2 * covered >= ds.count_rows()
+
+    def to_blob(self) -> str:
+        """Text to carry it between processes (a Spark task and the driver)."""
+        return base64.b64encode(pickle.dumps(self)).decode("ascii")
+
+    @staticmethod
+    def from_blob(blob: str) -> Prepared:
+        return pickle.loads(base64.b64decode(blob))
+
+
+#: Builds kept across the attempts of one operation: (table uri, index name) -> Prepared
+PreparedCache = dict[tuple[str, str], Prepared]
+
+
+def prepare(ds: lance.LanceDataset, decl: IndexDeclaration) -> Prepared:
+    """Build ``decl`` over every fragment of the version ``ds`` is open at, without committing
+    it (a segment under ``_indices/`` that no version names yet)."""
+    frags = [f.fragment_id for f in ds.get_fragments()]
+    fid = _field_id(ds, decl.column)
+    if fid is None:
+        raise SchemaMismatchError(f"cannot index column {decl.column!r}: table {ds.uri} version {ds.version} has "
+                                  f"no such column")
+    # Lance refuses a build under a name taken on another column (a redeclared index): build it
+    # under a free name; the name lives only in the segment's metadata, set when it is committed
+    taken = any(i.name == decl.name and list(i.fields) != [fid] for i in ds.describe_indices())
+    seg = ds.create_index_uncommitted(decl.column, decl.index_type, name=decl.name + "__lp_rebuild" if taken
+                                      else decl.name, replace=True, fragment_ids=frags, **decl.params)
+    if not decl.is_vector:  # scalar segments are staged: merged into their final files before a commit
+        seg = ds.merge_existing_index_segments([seg])
+    seg = dataclasses.replace(seg, name=decl.name)
+    return Prepared(decl.to_json(), fid, seg, _files_by_id(ds), ds.count_rows())
+
+
 def build(ds: lance.LanceDataset, decl: IndexDeclaration) -> None:
-    """Build (or rebuild) ``decl`` on ``ds``; Lance commits it on the table's latest version."""
-    if decl.is_vector:
-        ds.create_index(decl.column, decl.index_type, name=decl.name, replace=True, **decl.params)
-    else:
-        ds.create_scalar_index(decl.column, decl.index_type, name=decl.name, replace=True, **decl.params)
+    """Build (or rebuild) ``decl`` on ``ds`` and commit it on the table's latest version
+    (used where no concurrent writer can be: a table no ``__manifest`` row names yet)."""
+    commit_prepared(ds, decl, prepare(ds, decl))
+
+
+def _segments(ds: lance.LanceDataset, name: str) -> list[Index]:
+    """The segments of index ``name`` in ``ds`` as Lance operations name them (to remove them)."""
+    out = []
+    for i in ds.describe_indices():
+        if i.name == name:
+            out += [Index(uuid=s.uuid, name=i.name, fields=list(i.fields), fragment_ids=s.fragment_ids,
+                          dataset_version=s.dataset_version_at_last_update, index_version=s.index_version)
+                    for s in i.segments]
+    return out
+
+
+def commit_prepared(ds: lance.LanceDataset, decl: IndexDeclaration, prep: Prepared,
+                    storage_options: Mapping[str, str] | None = None) -> lance.LanceDataset:
+    """Commit ``prep`` as index ``decl.name`` on ``ds`` (the version to build on), replacing the
+    segments of that name ``ds`` has: one ``CreateIndex`` commit, no data read; the version made."""
+    seg = dataclasses.replace(prep.segment, fragment_ids=sorted(prep.usable_on(ds)))
+    op = LanceOperation.CreateIndex(new_indices=[seg], removed_indices=_segments(ds, decl.name))
+    so = dict(storage_options) if storage_options else None
+    return lance.LanceDataset.commit(ds, op, read_version=ds.version, commit_lock=commit_lock(ds.uri, so),
+                                     storage_options=so)
 
 
 def _uuids(ds: lance.LanceDataset, name: str) -> frozenset[str]:
@@ -189,7 +284,11 @@ class Maintain:
     (a write): an index that still covers live fragments is only extended (a delete that removed
     whole fragments leaves it naming them; Lance skips those, and the next compaction rebuilds
     it), so a write never retrains a big index; one covering no live fragment (an overwrite)
-    is rebuilt."""
+    is rebuilt.
+
+    Two steps (:func:`apply_on_exact`): :meth:`prepare` builds what must be built, uncommitted,
+    on the table's published version (the expensive part, once: ``prepared`` keeps it across
+    an operation's attempts); :meth:`commit` commits it on an exact version (cheap)."""
 
     def __init__(self, decls: Iterable[IndexDeclaration], *, build_missing: bool = True,
                  rebuild: Iterable[str] = (), base: lance.LanceDataset | None = None,
@@ -220,15 +319,27 @@ class Maintain:
     def needed(self, ds: lance.LanceDataset) -> bool:
         return bool(self.todo(ds))
 
-    def run(self, ds: lance.LanceDataset) -> None:
+    def prepare(self, published: lance.LanceDataset, prepared: PreparedCache) -> None:
+        """Build, uncommitted, every index ``published`` needs built (missing, stale, to
+        rebuild) unless ``prepared`` holds a build of it worth using there."""
+        for d, state in self.todo(published):
+            key = (published.uri, d.name)
+            if state != "partial" and not (key in prepared and prepared[key].worth_using(published, d)):
+                prepared[key] = prepare(published, d)
+
+    def commit(self, ds: lance.LanceDataset, prepared: PreparedCache) -> None:
+        """On ``ds`` (a version holding exactly the published fragments): commit each prepared
+        build that is due, then extend each index missing fragments (``optimize_indices``:
+        only the fragments outside it are read)."""
         for d, state in self.todo(ds):
-            if state == "partial":
-                ds.optimize.optimize_indices(index_names=[d.name])
-            else:
-                if any(i.name == d.name and list(i.field_names) != [d.column] for i in ds.describe_indices()):
-                    ds.drop_index(d.name)  # a replaced declaration on another column: Lance will not replace it
-                    ds = open_table(ds.uri, storage_options=self.storage_options)
-                build(ds, d)
+            if state != "partial":
+                prep = prepared.get((ds.uri, d.name))
+                if prep is None or not prep.worth_using(ds, d):
+                    prep = prepared[(ds.uri, d.name)] = prepare(ds, d)
+                ds = commit_prepared(ds, d, prep, self.storage_options)
+                if index_state(ds, d) == "ok":
+                    continue
+            ds.optimize.optimize_indices(index_names=[d.name])
             ds = open_table(ds.uri, storage_options=self.storage_options)
 
 
@@ -242,7 +353,10 @@ class Drop:
         have = {i.name for i in ds.describe_indices()}
         return any(n in have for n in self.names)
 
-    def run(self, ds: lance.LanceDataset) -> None:
+    def prepare(self, published: lance.LanceDataset, prepared: PreparedCache) -> None:
+        return None
+
+    def commit(self, ds: lance.LanceDataset, prepared: PreparedCache) -> None:
         have = {i.name for i in ds.describe_indices()}
         for n in self.names:
             if n in have:
@@ -250,43 +364,54 @@ class Drop:
 
 
 def apply_on_exact(uri: str, base_version: int, op: Maintain | Drop, storage_options: Mapping[str, str] | None,
-                   what: str, *, max_attempts: int = 20) -> int:
-    """Run ``op`` (index changes Lance commits on the latest version) so that the version it
-    makes holds exactly the fragments of ``base_version``; return that version, or
-    ``base_version`` when ``op`` has nothing to do there. Foreign fragments (another job's
-    unpublished commit) in the latest version are removed first, and a missing base fragment
-    restored (:func:`commit_exactly`); the version made is checked, and the work redone when a
-    concurrent commit slipped in between."""
+                   what: str, *, max_attempts: int = 20, prepared: PreparedCache | None = None) -> int:
+    """Make the index changes ``op`` names on version ``base_version`` of the table at ``uri``
+    (its published version, or the version an operation is about to publish) and return the
+    version holding them with exactly the fragments of ``base_version``; ``base_version`` when
+    there is nothing to do.
+
+    Lance commits an index operation on the table's *latest* version, which may hold another
+    job's unpublished fragments (docs/design.md §8 hazard 2), and a writer may commit to the
+    table at any moment. So the expensive part, building an index, is done once and
+    uncommitted on ``base_version`` itself (:meth:`Maintain.prepare`; ``prepared`` keeps the
+    builds across the attempts of one operation, so an operation whose published version moved
+    does not build again: its build is committed on the new version, and only the new
+    fragments are indexed as a delta). Each attempt is cheap: make the latest version hold
+    exactly the base's fragments (:func:`commit_exactly`: a restore, or a commit taking foreign
+    fragments out), commit the index on it, and keep the version made if it is still exact;
+    a concurrent commit that slipped in between is taken out again with one more cheap commit.
+    The number of attempts therefore does not grow with the build's length or a writer's
+    rate."""
     so = dict(storage_options) if storage_options else None
     published = open_table(uri, version=base_version, storage_options=so)
     if not op.needed(published):
         return base_version
+    prepared = {} if prepared is None else prepared
+    op.prepare(published, prepared)
     base = {_ident(f.metadata) for f in published.get_fragments()}
 
     def update(have: Mapping[Any, int]) -> LanceOperation.Update:
         return LanceOperation.Update(removed_fragment_ids=[fid for ident, fid in have.items() if ident not in base])
 
-    for attempt in range(max_attempts):
+    def exact() -> lance.LanceDataset:
         latest = open_table(uri, storage_options=so)
-        if {_ident(f.metadata) for f in latest.get_fragments()} != base:
-            latest = open_table(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
-                                   storage_options=so)
-        if op.needed(latest):
-            try:
-                op.run(latest)
-            except (LanceCommitConflictError, OSError, RuntimeError) as e:
-                if not is_commit_conflict(e) and "conflict" not in str(e).lower():
-                    raise
-                backoff(attempt, 0.01, 1.0)  # a concurrent table commit won: go round on the new latest
-                continue
-            latest = open_table(uri, storage_options=so)
-            if {_ident(f.metadata) for f in latest.get_fragments()} != base:
-                # a writer's table commit landed beside ours: take its (unpublished) fragments out
-                # again with a cheap commit rather than building the index again, which a writer
-                # committing faster than the build takes could starve
-                latest = open_table(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
-                                       storage_options=so)
-        if {_ident(f.metadata) for f in latest.get_fragments()} == base and not op.needed(latest):
+        if {_ident(f.metadata) for f in latest.get_fragments()} == base:
+            return latest
+        return open_table(uri, version=commit_exactly(uri, base_version, base, base, update, so, what),
+                          storage_options=so)
+
+    for attempt in range(max_attempts):
+        try:
+            latest = exact()
+            if op.needed(latest):
+                op.commit(latest, prepared)
+                latest = exact()  # a writer's table commit landed beside ours: take its fragments out again
+        except (LanceCommitConflictError, OSError, RuntimeError) as e:
+            if not is_commit_conflict(e) and "conflict" not in str(e).lower():
+                raise
+            backoff(attempt, 0.01, 0.5)  # a concurrent table commit won: go round on the new latest
+            continue
+        if not op.needed(latest):
             return latest.version
-        backoff(attempt, 0.01, 1.0)
+        backoff(attempt, 0.01, 0.5)
     raise CommitConflictError(f"{what}: {max_attempts} attempts lost to concurrent commits; nothing published")

@@ -46,13 +46,13 @@ from lancepart import faults
 from lancepart.error_mapping import table_failure as describe_failure
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
-from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations, index_state
+from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations, index_state
 from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
 from lancepart.results import CommitResult, PartitionInfo
-from lancepart.table_commit import commit_table
+from lancepart.table_commit import _ident, commit_table
 from lancepart.write.publish import LeaveOut, Made, TableChange, publish_changes
 
 if TYPE_CHECKING:
@@ -307,6 +307,16 @@ class Published:
     failures: dict[str, str] = field(default_factory=dict)  # object_id -> the error that left it out
 
 
+def keep_fragment_ids(rw: TableRewrite, committed: lance.LanceDataset) -> None:
+    """Give the rewritten fragments the ids they got in ``committed`` (a version holding them), so
+    that committing the rewrite again on a newer published version (a rebase) keeps them: an index
+    built on the first version then still indexes them. Lance never hands out a fragment id twice
+    in a table's history, so an id once taken cannot collide."""
+    ids = {_ident(f.metadata): f.fragment_id for f in committed.get_fragments()}
+    for f in rw.added:
+        f.id = ids.get(_ident(f), f.id)
+
+
 def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, max_retries: int = 20) -> Published:
     """Commit every rewritten table on top of its published version and move all their
     ``read_version`` in ONE ``__manifest`` commit, through the one publish path. A table whose
@@ -320,6 +330,7 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         return Published(manifest.snapshot(), False, {}, {}, set(), 0)
     rebased: set[str] = set()
     decls: list[IndexDeclaration] = []
+    prepared: PreparedCache = {}  # the compacted tables' index builds, committed again on a rebase
 
     def change(rw: TableRewrite) -> TableChange:
         def commit(published: int | None, location: str) -> Made:
@@ -346,9 +357,11 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
             raise LeaveOut(f"read_version moved from {rw.read_version} to {published} and the rewritten fragments "
                            f"are no longer in it (overwritten or compacted by someone else)") from None
         if decls:  # the index on the compacted version: never one naming the rewritten fragments
+            keep_fragment_ids(rw, open_table(uri, version=version, storage_options=manifest.storage_options))
             try:
                 version = apply_on_exact(uri, version, Maintain(decls, storage_options=manifest.storage_options),
-                                         manifest.storage_options, f"partition table {location} (index)")
+                                         manifest.storage_options, f"partition table {location} (index)",
+                                         prepared=prepared)
             except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
                 compacted = open_table(uri, version=version, storage_options=manifest.storage_options)
                 if any(index_state(compacted, d) == "stale" for d in decls):  # it would name rewritten fragments

@@ -28,6 +28,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from lancepart.errors import (
     InvalidArgumentError,
     InvalidFilterError,
@@ -71,31 +73,44 @@ def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
     manifest, schema, specs = ns.manifest, with_legacy_ids(ns.schema, ns.snapshot().metadata), ns.specs
     scan: dict[str, Any] = {}  # the scan filter of the snapshot being published
     whole: dict[str, bool] = {}  # object_id -> every row of the table matches
+    evaluated: dict[str, Any] = {}  # per table, what the last attempt found: a rebase reads only what changed
 
     def change(oid: str) -> TableChange:
         def commit(published: int | None, location: str) -> Made:
             d = delete_in_table(manifest.root, oid, location, published, schema, filter, scan["filter"],
-                                manifest.storage_options, whole=whole[oid])
+                                manifest.storage_options, whole=whole[oid], cache=evaluated)
             return Made(oid, published, d.version, info=d)
 
         return TableChange(oid, commit=commit)
 
+    decided: dict[str, tuple[bool, bool]] = {}  # object_id -> (the pruner keeps it, every row matches)
+
     def plan(snap: ManifestSnapshot) -> list[TableChange]:
-        try:
-            pruned = prune(filter, schema, specs, snap.table_pins())
-        except InvalidArgumentError as e:
-            raise InvalidFilterError(str(e)) from None
+        # a table's partition values never change: what the pruner decided for it holds on every
+        # later snapshot, so a rebase prunes only the tables that appeared since (cheap rebases)
+        pins = snap.table_pins()
+        oids = pins.column("object_id").to_pylist()
+        new = [i for i, o in enumerate(oids) if o not in decided]
+        if new or "filter" not in scan:
+            fresh = pins.take(pa.array(new, pa.int64()))
+            try:
+                pruned = prune(filter, schema, specs, fresh)
+            except InvalidArgumentError as e:
+                raise InvalidFilterError(str(e)) from None
+            kept = set(pruned.kept.column("object_id").to_pylist())
+            entire = entire_tables(filter, schema, specs, fresh) if kept else set()
+            decided.update({oids[i]: (oids[i] in kept, oids[i] in entire) for i in new})
+            scan.setdefault("filter", pruned.scan_filter)
         cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
-        rows = [r for r in pruned.kept.select(cols).to_pylist() if partition_spec_id(r["object_id"]) is not None]
-        entire = entire_tables(filter, schema, specs, snap.table_pins())
+        rows = [r for r in pins.select(cols).to_pylist()
+                if decided[r["object_id"]][0] and partition_spec_id(r["object_id"]) is not None]
         for r in rows:
             if r["read_branch"] is not None or r["read_tag"] is not None:
                 raise PartitionPinnedError(
                     f"partition table {r['object_id']} may hold rows matching {filter!r} but is pinned to "
                     f"branch={r['read_branch']!r} tag={r['read_tag']!r}; lancepart deletes on main only; unpin it "
                     f"first or narrow the filter; nothing was published")
-            whole[r["object_id"]] = r["object_id"] in entire
-        scan["filter"] = pruned.scan_filter
+            whole[r["object_id"]] = decided[r["object_id"]][1]
         return [change(r["object_id"]) for r in rows]
 
     def run(snapshot_version: int, works: Sequence[TableWork]) -> list[Made]:

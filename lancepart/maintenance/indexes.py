@@ -30,6 +30,7 @@ from lancepart.index import (
     Drop,
     IndexDeclaration,
     Maintain,
+    PreparedCache,
     apply_on_exact,
     declarations,
     make_declaration,
@@ -58,10 +59,11 @@ def op_to_json(kind: str, decls: Sequence[IndexDeclaration] = (), rebuild: Seque
 
 
 def index_table(root: str, object_id: str, location: str, base: int, op_json: str,
-                storage_options: Mapping[str, str] | None = None) -> int:
+                storage_options: Mapping[str, str] | None = None, prepared: PreparedCache | None = None) -> int:
     """Apply the index operation ``op_json`` (:func:`op_to_json`) to version ``base`` of one
     partition table; the version holding the result (``base`` if nothing was to do). Runs
-    anywhere: the driver's threads or a Spark task."""
+    anywhere: the driver's threads or a Spark task. ``prepared`` keeps the index builds across
+    the attempts of one operation (:func:`lancepart.index.apply_on_exact`)."""
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(location, object_id, root))
     spec = json.loads(op_json)
@@ -72,7 +74,7 @@ def index_table(root: str, object_id: str, location: str, base: int, op_json: st
                  for d in spec["decls"]]
         op = Maintain(decls, rebuild=spec["rebuild"], storage_options=so,
                       base=open_table(uri, version=base, storage_options=so) if spec["rebuild"] else None)
-    return apply_on_exact(uri, base, op, so, f"partition table {location} (index)")
+    return apply_on_exact(uri, base, op, so, f"partition table {location} (index)", prepared=prepared)
 
 
 def set_declaration(manifest: Manifest, key: str, value: str | None, check: Callable[[str | None], bool],
@@ -101,10 +103,11 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
 
     started = time.monotonic()
     seen: dict[str, Any] = {}
+    prepared: PreparedCache = {}  # a table whose published version moves is not built again
 
     def change(oid: str) -> TableChange:
         return TableChange(oid, commit=lambda published, location: index_table(
-            manifest.root, oid, location, published, op_json, manifest.storage_options))
+            manifest.root, oid, location, published, op_json, manifest.storage_options, prepared))
 
     def plan(snap: ManifestSnapshot) -> list[TableChange]:
         cols = ["object_id", "read_version", "read_branch", "read_tag"]

@@ -29,26 +29,39 @@ log = logging.getLogger("lancepart.spark")
 
 
 def _index_task(root: str, op_json: str, snapshot_version: int) -> Task:
-    """The executor function: one table's ``[object_id, location, base]`` in, ``[object_id,
-    base, version]`` out (or ``{"conflict": ...}`` when the driver must rebase)."""
+    """The executor function: one table's ``[object_id, location, base, builds]`` in,
+    ``[object_id, base, version, builds]`` out (or ``{"conflict": ...}`` when the driver must
+    rebase). ``builds`` (index name -> :meth:`Prepared.to_blob`) are the uncommitted index builds
+    of the table's earlier attempts, handed back so that a rebase commits them instead of
+    building again."""
 
     def run(item: str, options: dict[str, str] | None) -> str:
+        from lancepart.index import Prepared
         from lancepart.maintenance.indexes import index_table
 
-        oid, location, base = json.loads(item)
+        oid, location, base, builds = json.loads(item)
+        prepared = {(uri, name): Prepared.from_blob(blob) for name, (uri, blob) in builds.items()}
+
+        def answer(version: int) -> str:
+            return json.dumps([oid, base, version, {name: (uri, p.to_blob()) for (uri, name), p in prepared.items()}])
+
         return commit_or_conflict(root, options, snapshot_version, oid, location, base,
-                                  lambda: index_table(root, oid, location, base, op_json, options),
-                                  lambda version: json.dumps([oid, base, version]))
+                                  lambda: index_table(root, oid, location, base, op_json, options, prepared), answer)
 
     return run
 
 
 def _on_executors(spark, ns: PartitionedNamespace, phases: dict[str, Any]) -> Callable[[str], ApplyTables]:
     def for_op(op_json: str) -> ApplyTables:
+        builds: dict[str, dict[str, Any]] = {}  # object_id -> the builds its tasks made, over attempts
+
         def apply(snapshot_version: int, todo: Sequence[TableTodo]) -> list[tuple[str, int, int]]:
-            answers = run_on_executors(spark, ns.storage_options, [json.dumps(list(item)) for item in todo],
+            items = [json.dumps([*item, builds.get(item[0], {})]) for item in todo]
+            answers = run_on_executors(spark, ns.storage_options, items,
                                        _index_task(ns.root, op_json, snapshot_version), phases)
-            return [(oid, base, version) for oid, base, version in answers]
+            for oid, _, _, made in answers:
+                builds[oid] = made
+            return [(oid, base, version) for oid, base, version, _ in answers]
 
         return apply
 

@@ -60,18 +60,19 @@ TableTodo = tuple[str, str, int, bool]
 ApplyTables = Callable[[int, Sequence[TableTodo], str | None], list[TableDelete]]
 
 
-def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, scan_filter: str | None
-                       ) -> np.ndarray:
-    """Row addresses (``_rowaddr``) of the rows of ``ds`` for which ``filter`` is TRUE: the
-    columns it names are read (``scan_filter`` pushed into the scan), then ``filter`` is applied
-    exactly by DataFusion, as :meth:`NamespaceHandle.to_table` applies it."""
+def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, scan_filter: str | None,
+                       fragments: Sequence[Any] | None = None) -> np.ndarray:
+    """Row addresses (``_rowaddr``) of the rows of ``ds`` (of its ``fragments`` only, when given)
+    for which ``filter`` is TRUE: the columns it names are read (``scan_filter`` pushed into the
+    scan), then ``filter`` is applied exactly by DataFusion, as :meth:`NamespaceHandle.to_table`
+    applies it."""
     from lancepart.predicates import filter_columns
     from lancepart.read.snapshot import apply_filter
     from lancepart.schema_evolution import read_columns
 
     cols = filter_columns(filter, schema)
     # by field id: a table in an older form of the schema names or types a column differently
-    view = read_columns(ds, schema, cols, filter=scan_filter, with_row_address=True)
+    view = read_columns(ds, schema, cols, filter=scan_filter, with_row_address=True, fragments=fragments)
     try:
         matched = apply_filter(view, filter)
     except InvalidArgumentError as e:
@@ -139,12 +140,51 @@ def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMeta
                           max_attempts=max_attempts, published=published)
 
 
+@dataclass
+class Evaluated:
+    """What a delete found in one partition table version, kept for the next attempt of the same
+    delete: each fragment's identity there, the matching rows' addresses, and the fragments with
+    their deletion files (not committed). A rebase onto a newer published version evaluates only
+    the fragments that are new or changed there (a concurrent append's, another delete's) and
+    reuses the rest: the rows of an unchanged fragment match as they did."""
+
+    idents: dict[int, Any]
+    addr: np.ndarray
+    updated: dict[int, FragmentMetadata]
+    removed: set[int]
+
+
+def _evaluate(ds: lance.LanceDataset, schema: pa.Schema, filter: str, scan_filter: str | None,
+              prev: Evaluated | None) -> Evaluated:
+    fragments = ds.get_fragments()
+    idents = {f.fragment_id: _ident(f.metadata) for f in fragments}
+    same = set() if prev is None else {fid for fid, ident in idents.items() if prev.idents.get(fid) == ident}
+    other = [f for f in fragments if f.fragment_id not in same]
+    addr = np.empty(0, dtype=np.uint64)
+    if other:
+        addr = matching_addresses(ds, schema, filter, scan_filter, None if prev is None else other)
+    updated: dict[int, FragmentMetadata] = {}
+    removed: set[int] = set()
+    if len(addr):
+        new_updated, new_removed = deletion_files(ds, addr)
+        updated.update({f.id: f for f in new_updated})
+        removed |= set(new_removed)
+    if prev is not None and same:
+        kept = prev.addr[np.isin((prev.addr >> np.uint64(32)).astype(np.int64), sorted(same))]
+        addr = np.concatenate([kept, addr])
+        updated.update({fid: f for fid, f in prev.updated.items() if fid in same})
+        removed |= prev.removed & same
+    return Evaluated(idents, addr, updated, removed)
+
+
 def delete_in_table(root: str, object_id: str, location: str, base: int, schema: pa.Schema, filter: str,
                     scan_filter: str | None, storage_options: Mapping[str, str] | None = None, *,
-                    whole: bool = False) -> TableDelete:
+                    whole: bool = False, cache: dict[str, Evaluated] | None = None) -> TableDelete:
     """Delete the rows matching ``filter`` from version ``base`` of one partition table and commit
     the result (nothing when no row matches). ``whole``: the strict projection proved that every
-    row matches (:func:`entire_tables`); every fragment goes without reading a row."""
+    row matches (:func:`entire_tables`); every fragment goes without reading a row. ``cache``
+    keeps what the earlier attempts of the same delete found (:class:`Evaluated`), so a rebase
+    reads only the fragments a concurrent publish added or changed."""
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(location, object_id, root))
     ds = open_table(uri, version=base, storage_options=so, reuse=True)
@@ -155,11 +195,13 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
             return TableDelete(object_id, location, base, None, 0)
         version = commit_deletions(uri, base, [], [f.fragment_id for f in fragments], so)
         return TableDelete(object_id, location, base, version, rows)
-    addr = matching_addresses(ds, schema, filter, scan_filter)
-    if not len(addr):
+    key = f"{object_id}@{location}"
+    found = _evaluate(ds, schema, filter, scan_filter, None if cache is None else cache.get(key))
+    if cache is not None:
+        cache[key] = found
+    if not len(found.addr):
         return TableDelete(object_id, location, base, None, 0)
-    updated, removed = deletion_files(ds, addr)
-    version = commit_deletions(uri, base, updated, removed, so)
+    version = commit_deletions(uri, base, list(found.updated.values()), sorted(found.removed), so)
     if version <= base:
         raise LancepartError(f"{object_id}: table version {version} would move read_version {base} backwards")
-    return TableDelete(object_id, location, base, version, len(addr))
+    return TableDelete(object_id, location, base, version, len(found.addr))

@@ -32,6 +32,7 @@ from lancepart.errors import DataFilesMissingError
 from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestConflict, is_not_found, join_uri
 from lancepart.parallel import map_threads
+from lancepart.table_commit import file_path
 
 
 def _local_path(uri: str) -> str | None:
@@ -85,7 +86,7 @@ def check_files_present(
                 f"was removed before it was published (a cleanup with a retention shorter than the write); nothing "
                 f"was published, run the write again")
 
-    checks = [(oid, join_uri(root, location), f"data/{df.path}")
+    checks = [(oid, join_uri(root, location), f"data/{file_path(df)}")
               for oid, location, _, fragments in tables for f in fragments for df in f.files]
     sessions: dict[str, LanceFileSession] = {}
 

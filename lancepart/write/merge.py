@@ -114,6 +114,45 @@ class Deletions:
     updated: list[FragmentMetadata] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
     rows: int = 0
+    # the identity (data files, deletion file) in ``base`` of each fragment this removes rows from:
+    # the deletions hold on a newer published version where those fragments are unchanged
+    base_idents: dict[int, Any] = field(default_factory=dict)
+    valid_on: set[int] = field(default_factory=set)  # published versions besides ``base`` they hold on
+
+    def touched(self) -> set[int]:
+        return {f.id for f in self.updated} | set(self.removed)
+
+
+def _idents(ds: lance.LanceDataset, d: Deletions) -> Deletions:
+    wanted = d.touched()
+    d.base_idents = {f.fragment_id: _ident(f.metadata) for f in ds.get_fragments() if f.fragment_id in wanted}
+    return d
+
+
+def commutes(old: Evaluation, new: Evaluation) -> bool:
+    """Whether the change evaluated as ``old`` is the same change on the newer snapshot that
+    ``new`` was evaluated on: the same input keys matched, and the same rows of the same
+    unchanged fragments removed from every table. Then a concurrent publish in between (an
+    append of other keys, a compaction of other fragments) commutes with it: the rows it
+    writes and its deletion files are still right, and only its table commits are made again on
+    the new published versions. A new row matching the change, a fragment it removes rows from
+    changed, or a table gone makes it evaluate again."""
+    if (old.matched is None) != (new.matched is None) or (old.matched is not None and not
+                                                            old.matched.equals(new.matched)):
+        return False
+    mine = {o: d for o, d in old.deletions.items() if d.updated or d.removed}
+    theirs = {o: d for o, d in new.deletions.items() if d.updated or d.removed}
+    if set(mine) != set(theirs):
+        return False
+    for oid, d in mine.items():
+        n = theirs[oid]
+        if (d.location != n.location or d.rows != n.rows or sorted(f.id for f in d.updated) != sorted(
+                f.id for f in n.updated) or sorted(d.removed) != sorted(n.removed)):
+            return False
+        if any(d.base_idents.get(fid) is None or d.base_idents.get(fid) != n.base_idents.get(fid)
+               for fid in d.touched()):
+            return False
+    return True
 
 
 @dataclass
@@ -270,7 +309,7 @@ def apply_change(ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Eva
             retries += reserve_retries
             snap2, outcome, commit_retries = _publish(manifest, spec, schema, ev, writes, candidates, what=what,
                                                       batch_id=batch_id, max_retries=max_retries,
-                                                      properties=properties)
+                                                      properties=properties, evaluate=evaluate)
         except (_Stale, SchemaChangedError) as e:  # a schema change: the rows are converted on the next attempt
             if fixed_writes and isinstance(e, SchemaChangedError):
                 raise  # rows written once, before the change (the data source's tasks): the caller writes again
@@ -309,9 +348,12 @@ def apply_change(ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Eva
 
 def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, writes: list[TableWrite],
              candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None,
-             max_retries: int, properties: Mapping[str, str] | None = None) -> tuple[ManifestSnapshot, Any, int]:
+             max_retries: int, properties: Mapping[str, str] | None = None,
+             evaluate: Callable[[ManifestSnapshot], Evaluation] | None = None) -> tuple[ManifestSnapshot, Any, int]:
     """The evaluation's changes (rows removed and rows added per table) through the one publish
-    path; :class:`_Stale` when a table it read moved (it is evaluated again)."""
+    path; :class:`_Stale` when a table it read moved and the change does not commute with what
+    moved it (:func:`commutes`, checked with ``evaluate`` on the new snapshot): then it is
+    evaluated again, rows written again included."""
     deletions = {oid: d for oid, d in ev.deletions.items() if d.updated or d.removed}
     by_oid = {w.object_id: w for w in writes}
 
@@ -321,7 +363,7 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
             return w  # a table this merge created, published by adding its row
 
         def commit(published: int | None, location: str) -> int:
-            if d is not None and d.base != published:  # the candidates did not move: cannot happen
+            if d is not None and d.base != published and published not in d.valid_on:  # cannot happen
                 raise LancepartError(f"{oid}: deletions evaluated on version {d.base}, published is {published}")
             return commit_change(join_uri(manifest.root, location), published, d.updated if d else [],
                                  d.removed if d else [], w.fragments if w else [], manifest.storage_options)
@@ -333,7 +375,12 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
         now = candidates(snap)
         if now != ev.candidates:
             moved = sorted(o for o in set(now) | set(ev.candidates) if now.get(o) != ev.candidates.get(o))
-            raise _Stale(f"{len(moved)} partition table(s) it read changed, e.g. {moved[0]}")
+            again = evaluate(snap) if evaluate is not None else None
+            if again is None or not commutes(ev, again):
+                raise _Stale(f"{len(moved)} partition table(s) it read changed, e.g. {moved[0]}")
+            ev.candidates = again.candidates  # the same change on this snapshot: only its table commits are redone
+            for oid, d in deletions.items():
+                d.valid_on.add(again.candidates[oid][1])
 
     props = {OPERATION_PROPERTY: what, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
              PARTITIONS_PROPERTY: str(len(set(by_oid) | set(deletions))),
@@ -419,6 +466,7 @@ def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa
     if m.num_rows and delete:
         d.updated, d.removed = deletion_files(ds, m.column(_ADDR).to_numpy().astype(np.uint64))
         d.rows = m.num_rows
+        _idents(ds, d)
     return d, m.column(_ROW).to_numpy().astype(np.int64)
 
 
@@ -718,12 +766,13 @@ def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str |
                 join_uri(manifest.root, check_location(loc, oid, manifest.root)), version=v, storage_options=so))
             if oid in entire:
                 frags = ds.get_fragments()
-                d = Deletions(oid, loc, v, [], [f.fragment_id for f in frags], sum(f.count_rows() for f in frags))
+                d = _idents(ds, Deletions(oid, loc, v, [], [f.fragment_id for f in frags],
+                                          sum(f.count_rows() for f in frags)))
             else:
                 with table_errors(manifest.root, oid, loc, version=v, storage_options=so):  # named: table, file
                     addr = matching_addresses(ds, read_schema, where, scan.get("filter"))
                     updated, removed = deletion_files(ds, addr) if len(addr) else ([], [])
-                d = Deletions(oid, loc, v, updated, removed, len(addr))
+                d = _idents(ds, Deletions(oid, loc, v, updated, removed, len(addr)))
             cache[(oid, v)] = d
             return d
 

@@ -40,7 +40,7 @@ from lancepart.errors import (
     PartitionPinnedError,
 )
 from lancepart.ids import check_location
-from lancepart.index import IndexDeclaration, Maintain, apply_on_exact, declarations
+from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations
 from lancepart.manifest import (
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
@@ -210,6 +210,7 @@ def publish_changes(
     left_out: dict[str, str] = {}  # never published again: a rewrite's fragments do not come back
     failures: dict[str, str] = {}
     indexed: dict[str, int] = {}
+    prepared: PreparedCache = {}  # index builds kept over attempts: a rebase commits them, never builds again
     state: dict[str, Any] = {"skipped": None, "created": 0, "commit_tables_s": 0.0, "attempts": 0}
     planned = None if callable(changes) else list(changes)
     if planned is not None:
@@ -231,7 +232,7 @@ def publish_changes(
         if made.changed:
             faults.checkpoint("after_table_commit")
             if decls:
-                made.version = index_or_warn(manifest, c.object_id, work.location, made.version, decls)
+                made.version = index_or_warn(manifest, c.object_id, work.location, made.version, decls, prepared)
         return made
 
     def mutate(snap: ManifestSnapshot):
@@ -249,7 +250,7 @@ def publish_changes(
             return None, []
         decls = declarations(snap.metadata) if index_on_write else []
         if decls:
-            keep_indexes(manifest, [c for c in by_oid.values() if c.created is not None], decls, indexed)
+            keep_indexes(manifest, [c for c in by_oid.values() if c.created is not None], decls, indexed, prepared)
         added, state["created"] = (new_tables.rows(snap, by_oid) if new_tables is not None else (None, 0))
         existing = [o for o, c in by_oid.items() if c.created is None and o not in left_out]
         current = {r["object_id"]: r for r in snap.lookup(existing).select(
@@ -414,7 +415,7 @@ def publish(
 
 
 def index_or_warn(manifest: Manifest, object_id: str, location: str, version: int,
-                  decls: Sequence[IndexDeclaration]) -> int:
+                  decls: Sequence[IndexDeclaration], prepared: PreparedCache | None = None) -> int:
     """The version of the table at ``location`` holding exactly the fragments of ``version`` with
     the declared indexes up to date; ``version`` itself, with a warning, when Lance cannot build
     one (the data is published unindexed: a search scans it flat, ``verify`` reports
@@ -423,7 +424,7 @@ def index_or_warn(manifest: Manifest, object_id: str, location: str, version: in
         return apply_on_exact(join_uri(manifest.root, location), version,
                               Maintain(decls, storage_options=manifest.storage_options, rebuild_stale=False),
                               manifest.storage_options,
-                              f"partition table {location} (index)")
+                              f"partition table {location} (index)", prepared=prepared)
     except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
         if is_not_found(e):
             raise  # the version is gone (a cleanup): the caller rebases
@@ -433,14 +434,14 @@ def index_or_warn(manifest: Manifest, object_id: str, location: str, version: in
 
 
 def keep_indexes(manifest: Manifest, created: Sequence[TableWrite], decls: Sequence[IndexDeclaration],
-                 indexed: dict[str, int]) -> None:
+                 indexed: dict[str, int], prepared: PreparedCache | None = None) -> None:
     """Bring the declared indexes ``decls`` up to date on the tables this write created (each
     one's ``created`` version becomes the version that carries them), once per table; below a
     declaration's ``min_rows`` a table stays unindexed. Docs: docs/indexes.md."""
     todo = [w for w in created if w.object_id not in indexed]
 
     def one(w: TableWrite) -> int:
-        return index_or_warn(manifest, w.object_id, w.location, w.created, decls)
+        return index_or_warn(manifest, w.object_id, w.location, w.created, decls, prepared)
 
     for w, version in zip(todo, map_threads(one, todo), strict=True):
         indexed[w.object_id] = w.created
