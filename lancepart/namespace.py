@@ -159,9 +159,12 @@ class PartitionedNamespace:
 
         Raises :class:`NamespaceExistsError` when ``root`` already has a ``__manifest``.
         """
+        from lancepart.predicates import check_column_names
         from lancepart.transforms import validate_spec  # engine-level checks (types, expressions)
 
         root_s = _resolve_root(root)
+        if isinstance(schema, pa.Schema):
+            check_column_names(schema.names, "create")
         schema = assign_field_ids(schema)
         spec = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_json(spec)
         validate_spec(spec, schema)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart.errors import InvalidArgumentError, InvalidFilterError
+from lancepart.errors import InvalidArgumentError, InvalidFilterError, SchemaMismatchError
 
 _TABLE = "__lp_source"
 
@@ -600,10 +600,44 @@ def _sql_literal(s: pa.Scalar) -> str:
     raise InvalidArgumentError(f"no SQL literal for a partition value of type {t}")
 
 
+# words a SQL parser takes for a keyword where a bare column name stands: quoted even when lowercase
+_KEYWORDS = frozenset("""all and any array as asc between by case cast create date default delete desc distinct
+else end exists false from full group having in inner insert interval is join left like limit not null on or
+order outer right select set table then time timestamp to true union update using values when where with
+""".split())
+
+
+def _plain(name: str) -> bool:
+    return re.fullmatch(r"[a-z_][a-z0-9_]*", name) is not None and name not in _KEYWORDS
+
+
 def _ident(name: str) -> str:
-    if re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+    """A column name as DataFusion reads it: bare when it is a plain lowercase identifier, else
+    in double quotes (a double quote inside doubled)."""
+    if _plain(name):
         return name
     return '"' + name.replace('"', '""') + '"'
+
+
+def lance_ident(name: str) -> str:
+    """A column name as Lance's filter parser reads it: bare when plain, else in backticks.
+    Lance reads a double-quoted name as a string literal (``"Status" = 'old'`` compares two
+    strings and matches nothing), so every filter text handed to a Lance scan quotes this way.
+    A name holding a backtick cannot be named at all; :func:`check_column_names` refuses it."""
+    if _plain(name):
+        return name
+    return "`" + name + "`"
+
+
+def check_column_names(names: Sequence[str], what: str) -> None:
+    """:class:`SchemaMismatchError` naming the first column Lance cannot store or filter on: a
+    ``.`` in a top-level name (Lance takes it for a struct path and refuses to write it) or a
+    backtick (no Lance filter can name it; with it in a table, Lance plans no filter at all)."""
+    for n in names:
+        if "." in n or "`" in n:
+            raise SchemaMismatchError(
+                f"{what}: column {n!r} cannot be used: Lance does not allow "
+                f"{'.' if '.' in n else 'a backtick'} in a top-level column name; rename it")
 
 
 def _sql_string(v: str) -> str:

@@ -210,6 +210,10 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
     add, rename, drop, widen = list(add or []), dict(rename or {}), list(drop or []), dict(widen or {})
     if not (add or rename or drop or widen):
         raise InvalidArgumentError("update_schema: nothing to change (give add, rename, drop or widen)")
+    from lancepart.predicates import check_column_names
+
+    check_column_names([f.name for f in add if isinstance(f, pa.Field)] + [n for n in rename.values()
+                                                                            if isinstance(n, str)], "update_schema")
     out: dict[str, Any] = {}
 
     def mutate(snap: ManifestSnapshot) -> tuple[ManifestChanges, None]:

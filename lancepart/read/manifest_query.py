@@ -51,7 +51,6 @@ from lancepart.predicates import (
     _And,
     _Cmp,
     _Const,
-    _ident,
     _In,
     _is_string,
     _IsNull,
@@ -66,6 +65,7 @@ from lancepart.predicates import (
     _sql_literal,
     _sql_string,
     filter_columns,
+    lance_ident,
 )
 from lancepart.projection import _ROW
 from lancepart.read.visitors import _spec_rows, _SpecProjector, _strict_sources
@@ -92,7 +92,7 @@ def _pushdown(p: _Pred) -> str | None:
         return None if p.value else "FALSE"
     if isinstance(p, _Cmp):
         lit = _scan_literal(p.value)
-        return None if lit is None else f"{_ident(p.column)} {p.op} {lit}"
+        return None if lit is None else f"{lance_ident(p.column)} {p.op} {lit}"
     if isinstance(p, _In):
         if p.negated and p.has_null:
             return "FALSE"  # x NOT IN (..., NULL) is never TRUE
@@ -101,13 +101,13 @@ def _pushdown(p: _Pred) -> str | None:
             return "FALSE" if not p.negated else None
         if any(lit is None for lit in lits):
             return None
-        return f"{_ident(p.column)} {'NOT ' if p.negated else ''}IN ({', '.join(lits)})"  # type: ignore[arg-type]
+        return f"{lance_ident(p.column)} {'NOT ' if p.negated else ''}IN ({', '.join(lits)})"  # type: ignore[arg-type]
     if isinstance(p, _IsNull):
-        return f"{_ident(p.column)} IS {'NOT ' if p.negated else ''}NULL"
+        return f"{lance_ident(p.column)} IS {'NOT ' if p.negated else ''}NULL"
     if isinstance(p, _Like):
         if p.escape is not None or p.case_insensitive:
             return None
-        return f"{_ident(p.column)} {'NOT ' if p.negated else ''}LIKE {_sql_string(p.pattern)}"
+        return f"{lance_ident(p.column)} {'NOT ' if p.negated else ''}LIKE {_sql_string(p.pattern)}"
     if isinstance(p, _And):
         parts = [x for x in (_pushdown(i) for i in p.items) if x is not None]
         return None if not parts else " AND ".join(f"({x})" for x in parts)
