@@ -182,6 +182,8 @@ class _TableReader:
         if by_address:
             hit = pc.is_in(t.column("_rowaddr"), value_set=only if only is not None else without)
             t = t.filter(hit if only is not None else pc.invert(hit)).drop_columns(["_rowaddr"])
+        if not self.read_schema.names:  # an empty projection: the rows, no columns (cast would drop them)
+            return t.select([])
         if self.mapping is not None:
             return conform(t, self.mapping, self.read_schema)
         return t.select(self.read_schema.names).cast(self.read_schema)

@@ -216,7 +216,9 @@ def table_batches(root: str, info: PartitionInfo, schema: pa.Schema, read_schema
             return
         if not batch.num_rows:
             continue
-        if mapping is not None:
+        if not read_schema.names:  # an empty projection keeps the row count (count(*) engines rely on it)
+            yield batch.select([])
+        elif mapping is not None:
             yield from conform(pa.Table.from_batches([batch]), mapping, read_schema).to_batches()
         else:
             yield batch.select(read_schema.names).cast(read_schema)
