@@ -54,3 +54,23 @@ def test_empty_projection_keeps_the_row_count(ns, capsys):
 def test_empty_projection_of_an_empty_result_is_empty(ns):
     assert ns.to_table(filter="id < 0", columns=[]).num_rows == 0
     assert ns.to_table(filter="id < 0", columns=[]).schema == pa.schema([])
+
+
+def test_search_reads_renamed_columns_by_field_id(tmp_path):
+    """Item 1: after a rename (tables keep the old name until rewritten), vector and full-text
+    search return the renamed column's values, and search a renamed column, as to_table does."""
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, SPEC)
+    ns.write(rows(300))
+    ns.create_index("txt", "INVERTED", min_rows=1)
+    ns.update_schema(rename={"cat": "category", "txt": "body"})
+    want = {r["id"]: r["category"] for r in ns.to_table(columns=["id", "category"]).to_pylist()}
+    assert set(want.values()) == {"c0", "c1", "c2", "c3", "c4"}
+    found = ns.search_text("body", "apple", k=20, columns=["id", "category", "body"])
+    assert found.num_rows == 20 and found.column("category").null_count == 0
+    assert all(want[r["id"]] == r["category"] and "apple" in r["body"] for r in found.to_pylist())
+    q = rows(1, start=7).column("vec").to_pylist()[0]
+    near = ns.search("vec", q, k=5, columns=["id", "category"])
+    assert near.column("category").null_count == 0
+    assert all(want[r["id"]] == r["category"] for r in near.to_pylist())
+    assert ns.search("vec", q, k=5, filter="category = 'c2'", columns=["id", "category"]).column(
+        "category").to_pylist() == ["c2"] * 5

@@ -57,6 +57,24 @@ class SearchPlan:
     filter: str | None
     scan_filter: str | None
     storage_options: Mapping[str, str] | None = None
+    # the namespace schema (field ids) and root properties: a table written under an older form of
+    # the schema (a column renamed or widened since) is read by field id, as every read is
+    schema: pa.Schema | None = None
+    namespace_md: Mapping[str, str] | None = None
+
+    def columns_of(self, ds: lance.LanceDataset) -> tuple[str | None, list[str], dict[str, str | None] | None]:
+        """In table ``ds``: the name of the searched column (None: the table predates it), the
+        columns to read for ``read_schema``, and the mapping from namespace names to the table's
+        (None when the table is in the current schema)."""
+        from lancepart.schema_evolution import is_current, source_columns
+
+        if self.schema is None or is_current(ds.schema, self.namespace_md or {}, self.schema):
+            return (self.column if self.column in ds.schema.names else None,
+                    [c for c in self.read_schema.names if c in ds.schema.names], None)
+        mapping = source_columns(ds.schema, self.namespace_md or {}, self.schema,
+                                 list(dict.fromkeys([*self.read_schema.names, self.column])))
+        cols = list(dict.fromkeys(v for v in (mapping[c] for c in self.read_schema.names) if v is not None))
+        return mapping[self.column], cols, mapping
 
 
 # ----------------------------------------------------------------------------- validation
@@ -135,19 +153,26 @@ def _has_inverted_index(ds: lance.LanceDataset, column: str) -> bool:
     return any(list(idx.field_names) == [column] and "Inverted" in idx.type_url for idx in ds.describe_indices())
 
 
-def _conform(t: pa.Table, read_schema: pa.Schema, extra: Sequence[pa.Field]) -> pa.Table:
-    """``t`` with the columns of ``read_schema`` (NULL where the table lacks one) and ``extra``."""
-    arrays = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
-              for f in read_schema]
+def _conform(t: pa.Table, read_schema: pa.Schema, extra: Sequence[pa.Field],
+             mapping: Mapping[str, str | None] | None = None) -> pa.Table:
+    """``t`` with the columns of ``read_schema`` (NULL where the table lacks one) and ``extra``;
+    ``mapping`` (namespace name -> the table's name, by field id) for a table in an older form of
+    the schema."""
+    if mapping is None:
+        mapping = {f.name: f.name if f.name in t.column_names else None for f in read_schema}
+    arrays = [t.column(mapping[f.name]).cast(f.type) if mapping.get(f.name) is not None else
+              pa.nulls(t.num_rows, f.type) for f in read_schema]
     arrays += [t.column(f.name).cast(f.type) for f in extra]
     return pa.Table.from_arrays(arrays, schema=pa.schema(list(read_schema) + list(extra)))
 
 
 def _top_k_exact(run: Callable[[int, str | None], pa.Table], plan: SearchPlan, k: int, n_rows: int,
-                 extra: Sequence[pa.Field], what: str) -> pa.Table:
+                 extra: Sequence[pa.Field], what: str, mapping: Mapping[str, str | None] | None = None) -> pa.Table:
     """Call ``run(limit, prefilter)`` (a Lance search, best first) with the pushed-down filter,
-    apply the exact filter, and over-fetch until ``k`` rows survive or the table is exhausted."""
-    limit, pushed = k, plan.scan_filter
+    apply the exact filter, and over-fetch until ``k`` rows survive or the table is exhausted.
+    ``mapping``: the table is in an older form of the schema (read by field id; its column
+    names may mean other fields, so the filter is not pushed into it)."""
+    limit, pushed = k, plan.scan_filter if mapping is None else None
     while True:
         try:
             raw = run(limit, pushed)
@@ -157,7 +182,7 @@ def _top_k_exact(run: Callable[[int, str | None], pa.Table], plan: SearchPlan, k
             log.debug("Lance refused the pushed-down filter %r in a %s (%s); searching without it", pushed, what, e)
             pushed = None
             continue
-        out = _conform(raw, plan.read_schema, extra)
+        out = _conform(raw, plan.read_schema, extra, mapping)
         if plan.filter:
             out = apply_filter(out, plan.filter)
         if out.num_rows >= k or raw.num_rows < limit or limit >= n_rows:
@@ -178,10 +203,12 @@ def search_dataset(plan: SearchPlan, info: PartitionInfo, ds: lance.LanceDataset
     (None: declared only, no rows); several queries on one table open it once."""
     extra = [pa.field(DISTANCE, pa.float32()), pa.field(ROW_ID, pa.uint64())]
     empty = pa.schema(list(plan.read_schema) + extra).empty_table()
-    if ds is None or plan.column not in ds.schema.names:  # declared only / written before the column existed
+    if ds is None:  # declared only
         return empty
-    cols = [c for c in plan.read_schema.names if c in ds.schema.names]
-    nearest = {"column": plan.column, "q": query, **params}
+    column, cols, mapping = plan.columns_of(ds)
+    if column is None:  # written before the column existed
+        return empty
+    nearest = {"column": column, "q": query, **params}
 
     def run(limit: int, prefilter: str | None) -> pa.Table:
         return ds.to_table(columns=[*cols, DISTANCE], nearest={**nearest, "k": limit}, filter=prefilter,
@@ -191,7 +218,7 @@ def search_dataset(plan: SearchPlan, info: PartitionInfo, ds: lance.LanceDataset
         n_rows = ds.count_rows()
         if n_rows == 0:
             return empty
-        return _top_k_exact(run, plan, k, n_rows, extra, "vector search")
+        return _top_k_exact(run, plan, k, n_rows, extra, "vector search", mapping)
 
 
 def text_table(plan: SearchPlan, info: PartitionInfo, ds: lance.LanceDataset | None, query: str, k: int
@@ -201,24 +228,26 @@ def text_table(plan: SearchPlan, info: PartitionInfo, ds: lance.LanceDataset | N
     ``ds``: the table already opened at its published version (None: declared only)."""
     extra = [pa.field(SCORE, pa.float32()), pa.field(ROW_ID, pa.uint64())]
     empty = pa.schema(list(plan.read_schema) + extra).empty_table()
-    if ds is None or plan.column not in ds.schema.names:
+    if ds is None:
+        return empty
+    column, cols, mapping = plan.columns_of(ds)
+    if column is None:
         return empty
     with storage_errors(join_uri(plan.root, info.location), table=info.object_id, reading=True):
         n_rows = ds.count_rows()
         if n_rows == 0:
             return empty
-        if not _has_inverted_index(ds, plan.column):
+        if not _has_inverted_index(ds, column):
             raise InvalidArgumentError(
                 f"partition table {info.object_id!r} (version {ds.version}) has no INVERTED index on column "
                 f"{plan.column!r}: full-text search needs one on every searched table; create it (for example "
                 f"lance.dataset(...).create_scalar_index({plan.column!r}, 'INVERTED')) and publish it")
-        cols = [c for c in plan.read_schema.names if c in ds.schema.names]
 
         def run(limit: int, prefilter: str | None) -> pa.Table:
-            return ds.to_table(columns=[*cols, SCORE], full_text_query={"query": query, "columns": [plan.column]},
+            return ds.to_table(columns=[*cols, SCORE], full_text_query={"query": query, "columns": [column]},
                                filter=prefilter, prefilter=prefilter is not None, limit=limit, with_row_id=True)
 
-        return _top_k_exact(run, plan, k, n_rows, extra, "full-text search")
+        return _top_k_exact(run, plan, k, n_rows, extra, "full-text search", mapping)
 
 
 # ----------------------------------------------------------------------------- merge
@@ -295,7 +324,8 @@ def search(ns: Any, column: str, query: Any, k: int = 10, filter: str | None = N
     params = vector_params(params)
     parts, filter, scan_filter = search_plan(ns, filter)
     cols, read_schema = _read_schema(schema, columns, filter)
-    plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options)
+    plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options, schema,
+                      ns.snapshot().metadata)
     datasets = map_threads(ns._published_dataset, parts)  # kept open by the handle: warm index caches
     params["metric"] = resolve_metric(column, parts, datasets, params.get("metric"))
     found = map_threads(lambda pair: search_dataset(plan, pair[0], pair[1], q, k, params),
@@ -325,7 +355,8 @@ def search_text(ns: Any, column: str, query: str, k: int = 10, filter: str | Non
     k = check_k(k)
     parts, filter, scan_filter = search_plan(ns, filter)
     cols, read_schema = _read_schema(schema, columns, filter)
-    plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options)
+    plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options, schema,
+                      ns.snapshot().metadata)
     found = map_threads(lambda info: text_table(plan, info, ns._published_dataset(info), query, k), parts)
     if not found:
         found = [pa.schema([*read_schema, pa.field(SCORE, pa.float32()), pa.field(ROW_ID, pa.uint64())]).empty_table()]

@@ -114,7 +114,8 @@ def search(spark, root: str, queries, column: str, k: int = 10, filter: str | No
     if id_column in cols or RANK in cols:
         raise InvalidArgumentError(f"the result columns {cols} clash with id_column {id_column!r} or {RANK!r}: "
                                    f"choose another id_column or fewer columns")
-    plan = _search.SearchPlan(ns.root, column, read_schema, filter, scan_filter)
+    plan = _search.SearchPlan(ns.root, column, read_schema, filter, scan_filter, schema=schema,
+                              namespace_md=ns.snapshot().metadata)
     if params.get("metric") is None:
         params["metric"] = _search.resolve_metric(column, parts, _search.open_tables(plan, parts), None)
 
