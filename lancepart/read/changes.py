@@ -242,6 +242,57 @@ def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[
             (inserted.filter(i_upd), "update_postimage"), (inserted.filter(pc.invert(i_upd)), "insert")]
 
 
+def _row_keys(t: pa.Table) -> pa.Array:
+    """One binary key per row of ``t``, equal for two rows exactly when every column holds the
+    same value (NULL equal to NULL; floats by their shortest round-trip text, so -0.0 and NaN are
+    themselves). Vectorised per column; a nested column (a list, a struct) is keyed from its
+    Python value, which only a rollback's comparison pays."""
+    parts = []
+    for col in t.columns:
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        typ = col.type
+        if pa.types.is_nested(typ) or pa.types.is_dictionary(typ):
+            text = pa.array([repr(v) for v in col.to_pylist()], pa.string())
+        elif pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ):
+            text = col.cast(pa.binary())
+        else:
+            text = pc.cast(col, pa.string())
+        text = text.cast(pa.binary())
+        length = pc.cast(pc.binary_length(text), pa.string()).cast(pa.binary())
+        part = pc.binary_join_element_wise(length, text, b":")
+        parts.append(pc.if_else(pc.is_null(col), pa.scalar(b"-", pa.binary()), part))
+    if not parts:
+        return pa.array([b""] * t.num_rows, pa.binary())
+    return pc.binary_join_element_wise(*parts, b"|")
+
+
+def republished_removed(deleted: pa.Table, inserted: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``deleted`` and ``inserted`` (whole rows of one table in one commit) without the rows that
+    are in both, as many times as they are in both: a commit that publishes again a row the
+    table held (a rollback to a version before a compaction rewrote it) changed nothing."""
+    if not deleted.num_rows or not inserted.num_rows:
+        return deleted, inserted
+    keys = pc.dictionary_encode(pa.concat_arrays([_row_keys(deleted), _row_keys(inserted)]))
+    codes = keys.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    d_codes, i_codes = codes[:deleted.num_rows], codes[deleted.num_rows:]
+
+    def occurrence(c: np.ndarray) -> np.ndarray:  # k for the k-th row (0-based) holding its code
+        order = np.argsort(c, kind="stable")
+        sorted_c = c[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_c)) + 1]
+        run = np.repeat(starts, np.diff(np.r_[starts, len(c)]))
+        out = np.empty(len(c), dtype=np.int64)
+        out[order] = np.arange(len(c)) - run
+        return out
+
+    n = len(keys.dictionary)
+    d_count, i_count = np.bincount(d_codes, minlength=n), np.bincount(i_codes, minlength=n)
+    both = np.minimum(d_count, i_count)
+    keep_d = occurrence(d_codes) >= both[d_codes]
+    keep_i = occurrence(i_codes) >= both[i_codes]
+    return deleted.filter(pa.array(keep_d)), inserted.filter(pa.array(keep_i))
+
+
 @dataclass
 class ChangeTask:
     """The changes one commit made to one partition table: its pins before and after (None: not
@@ -367,10 +418,18 @@ def run_task(root: str, task: ChangeTask, plan: ChangePlan, storage_options: Map
     from lancepart.read.snapshot import apply_filter
 
     schema, read_schema, md = plan.schema, plan.read_schema, plan.namespace_md
+    forward = not (task.operation or "").startswith("rollback")
+    if not forward:  # whole rows are compared: a rollback republishes rows a compaction rewrote
+        read_schema = schema
     old = _TableReader(root, task.old, schema, read_schema, md, storage_options) if task.old else None
     new = _TableReader(root, task.new, schema, read_schema, md, storage_options) if task.new else None
-    forward = not (task.operation or "").startswith("rollback")
     pieces = _table_changes(old, new, forward=forward)
+    if not forward:
+        pieces = list(pieces)
+        deleted = pa.concat_tables([t for k, t in pieces if k == "delete"] or [read_schema.empty_table()])
+        inserted = pa.concat_tables([t for k, t in pieces if k == "insert"] or [read_schema.empty_table()])
+        deleted, inserted = republished_removed(deleted, inserted)
+        pieces = [("delete", deleted), ("insert", inserted)]
     if task.merge_on:  # an update's two images are paired over the whole table's changes
         pieces = list(pieces)
         deleted = pa.concat_tables([t for k, t in pieces if k == "delete"] or [read_schema.empty_table()])
