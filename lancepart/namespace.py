@@ -412,6 +412,9 @@ class PartitionedNamespace:
 
         >>> # ns.partitions("event_date = DATE '2025-12-10' AND country = 'US'")
         """
+        from lancepart.arguments import check_filter
+
+        filter = check_filter(filter)
         if filter is None:
             tables = self._snapshot.table_pins()
         else:
@@ -443,9 +446,10 @@ class PartitionedNamespace:
     def explain(self, filter: str | None) -> str:
         """For ``filter``: per spec version, the projected partition predicate and how many
         partitions are kept and pruned, then the ``__manifest`` query and the residual filter."""
+        from lancepart.arguments import check_filter
         from lancepart.read.prune import prune
 
-        return prune(filter, self._schema, self._specs, self._snapshot.table_pins()).explain()
+        return prune(check_filter(filter), self._schema, self._specs, self._snapshot.table_pins()).explain()
 
     @public_operation("to_table", publishes=False)
     def to_table(self, filter: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
@@ -505,16 +509,20 @@ class PartitionedNamespace:
         """Register the snapshot's rows matching ``filter`` in DuckDB as ``table_name`` (on
         ``connection``, default DuckDB's default connection, which ``duckdb.sql`` uses) and return
         the connection. Every query over it streams the partitions again (:meth:`to_batches`, the
-        snapshot of this call), so memory stays flat; the ``lancepart[duckdb]`` extra.
+        snapshot of this call), so memory stays flat; the ``lancepart[duckdb]`` extra. DuckDB
+        tables have at least one column: ``columns=[]`` is :class:`InvalidArgumentError`.
 
         >>> # ns.to_duckdb("events", "country = 'US'"); duckdb.sql("SELECT count(*) FROM events")
         """
-        from lancepart.read.engines import require, to_duckdb
+        from lancepart.read.engines import check_duckdb_target, to_duckdb
         from lancepart.read.snapshot import read_schema_for, scan_stream
 
-        require("duckdb", "duckdb")
+        check_duckdb_target(table_name, connection)
         parts, filter, scan_filter = self.scan_plan(filter)
         cols, _ = read_schema_for(self._schema, filter, columns)
+        if not cols:
+            raise InvalidArgumentError("columns=[]: a DuckDB table needs at least one column; name one in columns "
+                                       "(or count rows with ns.to_table(filter, columns=[]).num_rows)")
         root, schema, so, md = self.root, self._schema, self.storage_options, self._snapshot.metadata
 
         def stream() -> pa.RecordBatchReader:
@@ -569,8 +577,9 @@ class PartitionedNamespace:
 
         >>> # parts, filter, scan_filter = ns.scan_plan("event_date = DATE '2025-12-10'")
         """
-        if filter is not None and not filter.strip():
-            filter = None
+        from lancepart.arguments import check_filter
+
+        filter = check_filter(filter)
         if filter is None:
             return self.partitions(), None, None
         cached = self._plans.get(filter)  # per snapshot: _load starts a new cache

@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart.arguments import check_filter, check_int
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
 from lancepart.manifest import MERGE_KEYS_PROPERTY, OPERATION_PROPERTY, Manifest, join_uri
 from lancepart.results import PartitionInfo
@@ -359,9 +360,8 @@ class ChangePlan:
 
 
 def _check_versions(start_version: Any, end_version: Any, latest: int) -> int:
-    for name, v in (("start_version", start_version), ("end_version", end_version)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise InvalidArgumentError(f"{name} must be a non-negative integer, got {v!r}")
+    start_version = check_int("start_version", start_version)
+    end_version = check_int("end_version", end_version, optional=True)
     end = latest if end_version is None else end_version
     if start_version > end:
         raise InvalidArgumentError(f"start_version={start_version} is after end_version={end}")
@@ -376,8 +376,7 @@ def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *,
     insert of it (a stream's first micro-batch)."""
     from lancepart.read.snapshot import read_schema_for
 
-    if filter is not None and not filter.strip():
-        filter = None
+    filter = check_filter(filter)
     schema = ns.schema
     cols, read_schema = read_schema_for(schema, filter, columns)
     if filter:

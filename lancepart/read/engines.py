@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lancepart.arguments import check_instance, check_text, invalid
 from lancepart.error_mapping import operation_error
 from lancepart.errors import InvalidArgumentError, MissingDependencyError
 
@@ -75,13 +76,20 @@ class Rescannable:
         return self.schema.__arrow_c_schema__()
 
 
+def check_duckdb_target(table_name: Any, connection: Any) -> None:
+    """:class:`InvalidArgumentError` unless ``table_name`` is a non-empty string and ``connection``
+    a DuckDB connection or None (:class:`MissingDependencyError` without DuckDB)."""
+    duckdb = require("duckdb", "duckdb")
+    check_text("table_name", table_name)
+    check_instance("connection", connection, duckdb.DuckDBPyConnection, "a duckdb.DuckDBPyConnection")
+
+
 def to_duckdb(make: Callable[[], pa.RecordBatchReader], schema: pa.Schema, table_name: str,
               connection: Any = None) -> Any:
     """Register the stream source in DuckDB as ``table_name`` (on ``connection``, or DuckDB's
     default connection, which ``duckdb.sql`` uses); returns the connection."""
     duckdb = require("duckdb", "duckdb")
-    if not isinstance(table_name, str) or not table_name:
-        raise InvalidArgumentError(f"table_name must be a non-empty string, got {table_name!r}")
+    check_duckdb_target(table_name, connection)
     con = connection if connection is not None else duckdb.default_connection()
     con.register(table_name, Rescannable(make, schema))
     return con
@@ -140,9 +148,9 @@ def sql(ns: Any, query: str, table: str, ctx: Any = None) -> Any:
     from lancepart.datafusion_udfs import register_udfs
 
     if not isinstance(table, str) or not _IDENT.match(table):
-        raise InvalidArgumentError(f"table must be a plain SQL identifier, got {table!r}")
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidArgumentError(f"query must be SQL text, got {query!r}")
+        raise invalid("table", table, "a plain SQL identifier (a str)")
+    check_text("query", query, "SQL text (a non-empty str)")
+    check_instance("ctx", ctx, datafusion.SessionContext, "a datafusion.SessionContext")
     schema = ns.schema
     probe = datafusion.SessionContext()
     register_udfs(probe)

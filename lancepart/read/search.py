@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart.arguments import check_columns, check_int, check_text, invalid
 from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError
 from lancepart.manifest import join_uri
@@ -43,6 +44,7 @@ log = logging.getLogger("lancepart.read")
 METRICS = ("l2", "cosine", "dot")
 # ds.to_table(nearest={...}) keys a caller may pass through ``**params``
 VECTOR_PARAMS = ("metric", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor", "ef", "use_index")
+COUNT_PARAMS = ("nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor", "ef")  # integers >= 1
 DISTANCE, SCORE, ROW_ID = "_distance", "_score", "_rowid"
 OVERFETCH = 4
 
@@ -84,6 +86,7 @@ def vector_dim(schema: pa.Schema, column: str) -> int:
     >>> vector_dim(pa.schema([("v", pa.list_(pa.float32(), 8))]), "v")
     8
     """
+    check_text("column", column, "a column name (a str)")
     if column not in schema.names:
         raise InvalidArgumentError(f"search column {column!r} is not in the namespace schema {schema.names}")
     t = schema.field(column).type
@@ -99,28 +102,39 @@ def query_vector(column: str, query: Any, dim: int) -> np.ndarray:
         q = np.asarray(query.to_numpy(zero_copy_only=False) if hasattr(query, "to_numpy") else query,
                        dtype=np.float32)
     except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"query for column {column!r} is not a numeric vector: {e}") from None
+        raise InvalidArgumentError(f"query for column {column!r} is not a numeric vector: got "
+                                   f"{type(query).__name__} ({e})") from None
     if q.ndim != 1 or q.shape[0] != dim:
-        raise InvalidArgumentError(f"query for column {column!r} has shape {q.shape}; column {column!r} has "
-                                   f"dimension {dim}")
+        raise InvalidArgumentError(f"query for column {column!r} has shape {q.shape} (a {type(query).__name__}); "
+                                   f"column {column!r} has dimension {dim}")
     if not np.isfinite(q).all():
         raise InvalidArgumentError(f"query for column {column!r} holds NaN or infinite values")
     return q
 
 
 def check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InvalidArgumentError(f"k must be an integer >= 1, got {k!r}")
-    return int(k)
+    return check_int("k", k, minimum=1)
 
 
 def vector_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The search parameters checked: known names, counts that are integers >= 1 (or None),
+    ``use_index`` a bool and ``metric`` one of :data:`METRICS`."""
     unknown = sorted(set(params) - set(VECTOR_PARAMS))
     if unknown:
         raise InvalidArgumentError(f"unknown search parameters {unknown}; known: {list(VECTOR_PARAMS)}")
     out = dict(params)
+    for name in COUNT_PARAMS:
+        if name in out:
+            out[name] = check_int(name, out[name], minimum=1, optional=True)
+    low, high = out.get("minimum_nprobes"), out.get("maximum_nprobes")
+    if low is not None and high is not None and low > high:
+        raise InvalidArgumentError(f"minimum_nprobes={low} is above maximum_nprobes={high}")
+    if "use_index" in out and not isinstance(out["use_index"], bool):
+        raise invalid("use_index", out["use_index"], "True or False")
     if out.get("metric") is not None:
-        metric = str(out["metric"]).lower()
+        if not isinstance(out["metric"], str):
+            raise invalid("metric", out["metric"], f"one of {list(METRICS)} or None")
+        metric = out["metric"].lower()
         if metric not in METRICS:
             raise InvalidArgumentError(f"metric {out['metric']!r} is not one of {list(METRICS)}")
         out["metric"] = metric
@@ -131,7 +145,8 @@ def _read_schema(schema: pa.Schema, columns: Sequence[str] | None, filter: str |
                  extra: Sequence[str] = ()) -> tuple[list[str], pa.Schema]:
     from lancepart.predicates import filter_columns
 
-    cols = list(columns) if columns is not None else list(schema.names)
+    cols = check_columns(columns)
+    cols = cols if cols is not None else list(schema.names)
     unknown = [c for c in cols if c not in schema.names]
     if unknown:
         raise InvalidArgumentError(f"columns {unknown} are not in the namespace schema {schema.names}")
@@ -345,13 +360,13 @@ def search_text(ns: Any, column: str, query: str, k: int = 10, filter: str | Non
     >>> # search_text(ns, "body", "lance partition", k=5, filter="lang = 'en'")
     """
     schema: pa.Schema = ns.schema
+    check_text("column", column, "a column name (a str)")
     if column not in schema.names:
         raise InvalidArgumentError(f"search column {column!r} is not in the namespace schema {schema.names}")
     t = schema.field(column).type
     if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         raise InvalidArgumentError(f"search column {column!r} has type {t}; full-text search needs a string column")
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidArgumentError(f"full-text query for column {column!r} must be a non-empty string, got {query!r}")
+    check_text("query", query, f"a non-empty str (the full-text query on column {column!r})")
     k = check_k(k)
     parts, filter, scan_filter = search_plan(ns, filter)
     cols, read_schema = _read_schema(schema, columns, filter)

@@ -21,6 +21,7 @@ import datafusion
 import lance
 import pyarrow as pa
 
+from lancepart.arguments import check_columns, check_int
 from lancepart.error_mapping import storage_errors, typed_error, unreadable_file
 from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
 from lancepart.ids import check_location
@@ -126,11 +127,9 @@ BATCHES_AHEAD = 2  # batches each of them may hold ready before its turn
 def projected(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
     """``schema`` projected on ``columns`` (all when None); :class:`InvalidArgumentError` naming an
     unknown or repeated column."""
-    if columns is None:
+    cols = check_columns(columns)
+    if cols is None:
         return schema
-    if isinstance(columns, str):
-        raise InvalidArgumentError(f"columns must be a list of column names, got the string {columns!r}")
-    cols = list(columns)
     unknown = [c for c in cols if schema.get_field_index(c) < 0]
     if unknown:
         raise InvalidArgumentError(f"columns {unknown} are not in the namespace schema (columns: {schema.names})")
@@ -263,9 +262,7 @@ def scan_stream(root: str, partitions: Sequence[PartitionInfo], schema: pa.Schem
     for each, so memory stays flat whatever the size of the namespace. ``scan_filter`` and the
     columns the filter needs are pushed into each Lance scan (:func:`table_batches`); ``filter``
     is then applied exactly with DataFusion's semantics (:func:`filtered`)."""
-    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
-        raise InvalidArgumentError(f"batch_size must be a positive number of rows, got {batch_size!r}")
-    size = batch_size or SCAN_BATCH_ROWS
+    size = check_int("batch_size", batch_size, minimum=1, optional=True) or SCAN_BATCH_ROWS
     cols, read_schema = read_schema_for(schema, filter, columns)
     out_schema = pa.schema([schema.field(c) for c in cols])
 
