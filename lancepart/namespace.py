@@ -538,8 +538,12 @@ class PartitionedNamespace:
         """Run the DataFusion SQL ``query`` with the namespace as ``table`` and return the
         ``datafusion.DataFrame`` (``.to_arrow_table()``, ``.to_pandas()``, ...). The predicate the
         query applies to ``table`` prunes partitions through ``__manifest`` before anything is
-        read; DataFusion then runs the whole query. ``ctx``: a ``SessionContext`` of yours to
-        register the table in (it is replaced if already there).
+        read; DataFusion then runs the whole query. Queries only (SELECT / WITH): DDL, DML and
+        statements (``COPY``, ``CREATE``, ``INSERT``, ``DROP``, ``SET``, ...) are
+        :class:`InvalidArgumentError` and nothing of them runs. ``ctx``: a ``SessionContext`` of
+        yours whose tables and UDFs the query may use; the namespace is ``table`` in it only while
+        the query is planned, and it keeps the tables it had (one of its own named ``table``
+        included).
 
         >>> # ns.sql("SELECT country, sum(amount) FROM events WHERE event_date = DATE '2025-12-10' "
         >>> #        "GROUP BY country", table="events").to_arrow_table()

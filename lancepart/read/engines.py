@@ -7,12 +7,15 @@ engine consumes the rows.
 
 * DuckDB gets an object it may scan any number of times (each scan starts a new stream of the
   same snapshot, registered when ``to_duckdb`` was called), not a one-shot reader.
-* :func:`sql` runs a DataFusion query over the namespace. Before anything is read, the query is
-  planned over an empty table of the namespace schema and the predicate DataFusion's optimizer
-  placed directly above the table's scan is handed to ``__manifest`` pruning; DataFusion then
-  runs the whole query on the rows of the kept partitions. Pruning with that predicate can only
-  drop partitions the query would filter out, so when the predicate cannot be taken out (or
-  pruning refuses it) everything is read and the answer is the same.
+* :func:`sql` runs a read-only DataFusion query over the namespace (DDL, DML and statements are
+  refused when it is planned, before anything runs). Before anything is read, the query is
+  planned in the caller's context (its tables, UDFs and settings) with the namespace registered
+  as an empty table of its schema, and the predicate DataFusion's optimizer placed directly
+  above the table's scan is handed to ``__manifest`` pruning; DataFusion then runs the whole
+  query on the rows of the kept partitions. Pruning with that predicate can only drop
+  partitions the query would filter out, so when the predicate cannot be taken out (or pruning
+  refuses it) everything is read and the answer is the same. The context is left with the
+  tables it had.
 """
 
 from __future__ import annotations
@@ -113,12 +116,54 @@ def _unqualified(sql: str, table: str) -> str:
     return "".join(p if i % 2 else qual.sub("", p) for i, p in enumerate(parts))
 
 
+def _where(plan: Any) -> str | None:
+    """The ``WHERE`` condition of ``plan`` (a filter over a table scan) as DataFusion's unparser
+    renders it, or None without one; raises what the unparser raises."""
+    from datafusion.unparser import Dialect, Unparser
+
+    text = Unparser(Dialect.default()).plan_to_sql(plan)
+    cut = text.find(" WHERE ")
+    return text[cut + len(" WHERE "):] if cut >= 0 else None
+
+
+def _conjuncts(expr: Any) -> list[Any]:
+    """The terms of the ``AND`` chain ``expr`` (``[expr]`` when it is not one)."""
+    variant = expr.to_variant()
+    if type(variant).__name__ == "BinaryExpr" and str(variant.op()).upper() == "AND":
+        return _conjuncts(variant.left()) + _conjuncts(variant.right())
+    return [expr]
+
+
+def _filter_sql(node: Any) -> str | None:
+    """The predicate of the ``Filter`` plan ``node`` as SQL, or None when none of it can be
+    rendered. A predicate the unparser cannot render whole (a row value such as
+    ``(country, id) IN (('US', 1))`` is a comparison of struct literals, which it does not
+    support) keeps the terms of its ``AND`` chain that it can render: the whole predicate
+    implies them, so pruning with them still drops only partitions the query filters out."""
+    import datafusion
+    from datafusion.expr import Expr
+
+    try:
+        return _where(node)
+    except Exception:  # DataFusion raises plain Exception
+        pass
+    scan = node.inputs()[0]
+    make = datafusion.SessionContext()  # builds plans only: nothing is registered in it
+    terms = []
+    for term in _conjuncts(node.to_variant().predicate()):
+        try:
+            where = _where(make.create_dataframe_from_logical_plan(scan).filter(Expr(term)).logical_plan())
+        except Exception:  # this term cannot be rendered: left to DataFusion alone
+            continue
+        if where:
+            terms.append(f"({where})")
+    return " AND ".join(terms) or None
+
+
 def scan_predicate(plan: Any, table: str) -> str | None:
     """The predicate DataFusion's optimized ``plan`` applies directly above every scan of
     ``table``, as SQL over its unqualified columns (the OR of them when the table is scanned more
-    than once), or None when some scan of it has none (or it cannot be rendered)."""
-    from datafusion.unparser import Dialect, Unparser
-
+    than once), or None when some scan of it has none (or none of it can be rendered)."""
     found: list[str | None] = []
 
     def walk(node: Any, parent: Any) -> None:
@@ -127,9 +172,8 @@ def scan_predicate(plan: Any, table: str) -> str | None:
             if parent is None or type(parent.to_variant()).__name__ != "Filter":
                 found.append(None)
                 return
-            text = Unparser(Dialect.default()).plan_to_sql(parent)
-            cut = text.find(" WHERE ")
-            found.append(_unqualified(text[cut + len(" WHERE "):], table) if cut >= 0 else None)
+            where = _filter_sql(parent)
+            found.append(_unqualified(where, table) if where else None)
             return
         for child in node.inputs():
             walk(child, node)
@@ -140,9 +184,58 @@ def scan_predicate(plan: Any, table: str) -> str | None:
     return found[0] if len(found) == 1 else " OR ".join(f"({p})" for p in found)
 
 
+# DataFusion's words when SQLOptions refuse a plan: "DDL not supported: CreateExternalTable",
+# "DML not supported: COPY", "Statement not supported: SetVariable"
+_REFUSED = re.compile(r"\b(DDL|DML|Statement) not supported: ([^\n]+)")
+_KINDS = {"DDL": "DDL", "DML": "DML", "Statement": "a statement"}
+
+
+def _query_options() -> Any:
+    """DataFusion's :class:`SQLOptions` of a read-only query: DDL (``CREATE``, ``DROP``), DML
+    (``INSERT``, ``COPY``, ``DELETE``, ``UPDATE``) and statements (``SET``, ``PREPARE``) are
+    refused when the query is planned, before anything runs or is registered."""
+    from datafusion import SQLOptions
+
+    return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
+
+
+def _planned(ctx: Any, query: str, table: str) -> Any:
+    """``query`` planned in ``ctx`` as a read-only query (a ``datafusion.DataFrame``), or
+    :class:`InvalidArgumentError` naming what DataFusion refused or could not plan."""
+    try:
+        return ctx.sql_with_options(query, _query_options())
+    except Exception as e:  # DataFusion raises plain Exception
+        refused = _REFUSED.search(str(e))
+        if refused is not None:
+            kind, what = refused.group(1), refused.group(2).strip()
+            raise InvalidArgumentError(
+                f"query: only SELECT / WITH queries are accepted, not {_KINDS[kind]} ({what}); "
+                f"nothing was run or registered") from None
+        raise InvalidArgumentError(f"query cannot be planned over {table} (DataFusion: {e})") from None
+
+
+@contextlib.contextmanager
+def _registered(ctx: Any, name: str, register: Callable[[], Any]) -> Iterator[None]:
+    """While the block runs, ``register()`` (which registers a table ``name`` in ``ctx``) is in
+    effect; afterwards ``ctx`` has under ``name`` what it had before: its own table back, or none.
+    A DataFrame planned meanwhile keeps reading the registered table."""
+    saved = ctx.table_provider(name) if ctx.table_exist(name) else None
+    if saved is not None:
+        ctx.deregister_table(name)
+    try:
+        register()
+        yield
+    finally:
+        if ctx.table_exist(name):
+            ctx.deregister_table(name)
+        if saved is not None:
+            ctx.register_table(name, saved)
+
+
 def sql(ns: Any, query: str, table: str, ctx: Any = None) -> Any:
     """``query`` run by DataFusion with the namespace as ``table`` (a ``datafusion.DataFrame``),
-    the partitions read pruned by the predicate the query applies to ``table``."""
+    the partitions read pruned by the predicate the query applies to ``table``. Read-only
+    queries only; planned in ``ctx`` (its tables, UDFs and settings), which is left as it was."""
     import datafusion
 
     from lancepart.datafusion_udfs import register_udfs
@@ -151,14 +244,12 @@ def sql(ns: Any, query: str, table: str, ctx: Any = None) -> Any:
         raise invalid("table", table, "a plain SQL identifier (a str)")
     check_text("query", query, "SQL text (a non-empty str)")
     check_instance("ctx", ctx, datafusion.SessionContext, "a datafusion.SessionContext")
-    schema = ns.schema
-    probe = datafusion.SessionContext()
-    register_udfs(probe)
-    probe.register_record_batches(table, [[pa.RecordBatch.from_pylist([], schema=schema)]])
-    try:
-        plan = probe.sql(query).optimized_logical_plan()
-    except Exception as e:  # DataFusion raises plain Exception
-        raise InvalidArgumentError(f"query cannot be planned over {table} (DataFusion: {e})") from None
+    if ctx is None:
+        ctx = datafusion.SessionContext()
+        register_udfs(ctx)
+    empty = pa.RecordBatch.from_pylist([], schema=ns.schema)
+    with _registered(ctx, table, lambda: ctx.register_record_batches(table, [[empty]])):
+        plan = _planned(ctx, query, table).optimized_logical_plan()
     predicate = scan_predicate(plan, table)
     filter = None
     if predicate is not None:
@@ -166,10 +257,5 @@ def sql(ns: Any, query: str, table: str, ctx: Any = None) -> Any:
             ns.scan_plan(predicate)
             filter = predicate
     data = ns.to_batches(filter)
-    if ctx is None:
-        ctx = datafusion.SessionContext()
-        register_udfs(ctx)
-    with contextlib.suppress(Exception):
-        ctx.deregister_table(table)
-    ctx.register_table(table, ctx.from_arrow(data))
-    return ctx.sql(query)
+    with _registered(ctx, table, lambda: ctx.from_arrow(data, name=table)):
+        return _planned(ctx, query, table)
