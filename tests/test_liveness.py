@@ -277,7 +277,15 @@ def run_once(name: str, op, template: str, dest: Path, spark=None) -> None:
     assert _after(batches, result.manifest_version), "no writer publish landed after the operation"
     got = np.sort(published_rows(ns.root, ["id"]).column("id").to_numpy())
     want = np.sort(expected(batches))
-    assert len(got) == len(want) and np.array_equal(got, want), (name, len(got), len(want))
+    if not (len(got) == len(want) and np.array_equal(got, want)):
+        ids, counts = np.unique(got, return_counts=True)
+        extra = np.setdiff1d(got, want)
+        missing = np.setdiff1d(want, got)
+        raise AssertionError(f"{name}: {len(got)} rows published, {len(want)} expected; ids twice: "
+                             f"{ids[counts > 1][:10].tolist()} ({int((counts > 1).sum())}); not expected: "
+                             f"{extra[:10].tolist()} ({len(extra)}); missing: {missing[:10].tolist()} "
+                             f"({len(missing)}); "
+                             f"writer: {writer.lines}; result: {getattr(result, 'manifest_version', None)}")
     ns.refresh()
     assert_read_versions_only_increase(ns.root)
     report = ns.verify()
