@@ -22,6 +22,8 @@ from contextvars import ContextVar
 from typing import Any
 
 import lance
+import numpy as np
+import pyarrow as pa
 
 # the metadata cache is what a shared session is for (manifests, file footers); the index
 # cache only matters to reads with a vector or scalar index, which bring their own budget
@@ -93,14 +95,35 @@ def open_table(uri: str, version: int | str | None = None, storage_options: Mapp
     return ds
 
 
+def _struct_in_struct(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return any(pa.types.is_struct(t.field(i).type) or _struct_in_struct(t.field(i).type)
+                   for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _struct_in_struct(t.value_type)
+    return False
+
+
+def unsliced(data: Any) -> Any:
+    """``data`` as Lance can write it. Lance panics (``assertion failed: end <= self.len()``)
+    writing a struct nested in a struct from a *slice* of an Arrow array, which is what a
+    partition's rows are; a table holding such a column is copied into fresh arrays first (only
+    such tables pay for it)."""
+    if (isinstance(data, pa.Table | pa.RecordBatch) and data.num_rows
+            and any(_struct_in_struct(f.type) for f in data.schema)):
+        return data.take(pa.array(np.arange(data.num_rows, dtype=np.int64)))
+    return data
+
+
 def write_fragments(data: Any, uri: str, *, storage_options: Mapping[str, str] | None = None,
                     **kwargs: Any) -> list[Any]:
     """``lance.fragment.write_fragments`` on the shared session."""
-    return lance.fragment.write_fragments(data, uri, storage_options=_so(storage_options), session=session(),
-                                          **kwargs)
+    return lance.fragment.write_fragments(unsliced(data), uri, storage_options=_so(storage_options),
+                                          session=session(), **kwargs)
 
 
 def write_dataset(data: Any, uri: str, *, storage_options: Mapping[str, str] | None = None,
                   **kwargs: Any) -> lance.LanceDataset:
     """``lance.write_dataset`` on the shared session."""
-    return lance.write_dataset(data, uri, storage_options=_so(storage_options), session=session(), **kwargs)
+    return lance.write_dataset(unsliced(data), uri, storage_options=_so(storage_options), session=session(),
+                               **kwargs)

@@ -98,9 +98,33 @@ def to_duckdb(make: Callable[[], pa.RecordBatchReader], schema: pa.Schema, table
     return con
 
 
+_OFFSET_TZ = re.compile(r"^[+-]\d{2}:?\d{2}$")
+
+
+def polars_ready(table: pa.Table) -> pa.Table:
+    """``table`` in types Polars takes. Polars panics on ``decimal256`` and refuses a fixed-offset
+    time zone (``'+05:30'``): a ``decimal256`` of at most 38 digits becomes the same
+    ``decimal128`` and a fixed-offset timestamp the same instant in UTC (docs/reading.md); a wider
+    decimal is :class:`InvalidArgumentError` naming the column."""
+    fields = []
+    for f in table.schema:
+        t = f.type
+        if pa.types.is_decimal256(t):
+            if t.precision > 38:
+                raise InvalidArgumentError(
+                    f"column {f.name!r} is {t}: Polars holds decimals of at most 38 digits; leave it out "
+                    f"(columns=[...]) or read it with to_table / to_pandas")
+            t = pa.decimal128(t.precision, t.scale)
+        elif pa.types.is_timestamp(t) and t.tz is not None and _OFFSET_TZ.match(t.tz):
+            t = pa.timestamp(t.unit, tz="UTC")
+        fields.append(f.with_type(t))
+    schema = pa.schema(fields, metadata=table.schema.metadata)
+    return table if schema.equals(table.schema) else table.cast(schema)
+
+
 def to_polars(table: pa.Table) -> Any:
     pl = require("polars", "polars")
-    return pl.from_arrow(table)
+    return pl.from_arrow(polars_ready(table))
 
 
 # ------------------------------------------------------------------------------ DataFusion SQL

@@ -53,7 +53,7 @@ def write_new_fragments(data: pa.Table, root: str, location: str, schema: pa.Sch
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
     step = max(1, max_rows_per_file)
-    return [LanceFragment.create(uri, data.slice(start, step), schema=schema, storage_options=so,
+    return [LanceFragment.create(uri, lance_io.unsliced(data.slice(start, step)), schema=schema, storage_options=so,
                                  data_storage_version=data_storage_version, session=lance_io.session())
             for start in range(0, data.num_rows, step)]
 

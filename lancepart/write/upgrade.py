@@ -19,7 +19,7 @@ from lance import LanceOperation
 
 from lancepart.errors import CommitConflictError, SchemaChangedError
 from lancepart.file_format import table_data_storage_version
-from lancepart.lance_io import open_table
+from lancepart.lance_io import open_table, unsliced
 from lancepart.manifest import LanceCommitConflictError, Manifest, backoff
 from lancepart.schema_evolution import (
     MAX_FIELD_ID_KEY,
@@ -70,8 +70,9 @@ def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa
         out = rows if target.equals(schema, check_metadata=True) else rows_as(rows, schema, target)
         try:
             # in the table's own file format version (never the namespace's: that is for new tables)
-            return lance.fragment.write_fragments(out, ds, max_rows_per_file=max_rows_per_file, storage_options=so,
-                                                  data_storage_version=table_data_storage_version(ds))
+            file_version = table_data_storage_version(ds)
+            return lance.fragment.write_fragments(unsliced(out), ds, max_rows_per_file=max_rows_per_file,
+                                                  storage_options=so, data_storage_version=file_version)
         except (OSError, ValueError) as e:
             if not _schema_refused(e):
                 raise
