@@ -149,3 +149,30 @@ def test_to_polars_takes_decimal256_and_fixed_offset_time_zones(tmp_path):
     assert [v.timestamp() for v in df["ts"].to_list()] == [0, 3600]
     with pytest.raises(InvalidArgumentError, match="'wide'"):
         ns.to_polars()
+
+
+def test_index_on_a_renamed_column_is_built_on_tables_that_keep_the_old_name(tmp_path):
+    """Item 13 (found by the model test's --stress run): create_index on a column renamed after
+    the tables were written failed (Lance: 'country2 not found in schema'): a table keeps its
+    columns' names until it is rewritten, so every per-table index operation finds the column by
+    field id. A later write (index on write), a compaction and a vector search with the index's
+    metric all see it."""
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), SCHEMA, SPEC)
+    ns.write(rows(3000))
+    ns.update_schema(rename={"cat": "category", "vec": "embedding"})
+    r = ns.create_index("category", "BTREE", min_rows=1)
+    assert r.partitions_touched == 3
+    ns.create_index("embedding", "IVF_PQ", min_rows=1, num_partitions=2, num_sub_vectors=4, metric="cosine")
+    ns.write(rows(300, start=10_000).rename_columns(["id", "part", "txt", "category", "embedding"]))
+    assert ns.verify().ok, ns.verify().problems
+    assert all(i["indexed"] == i["tables"] == 3 for i in ns.list_indexes()), ns.list_indexes()
+    ns.compact(min_small_fragments=2)
+    assert ns.verify().ok, ns.verify().problems
+    assert ns.to_table(filter="category = 'c3'").num_rows == 660
+    q = ns.to_table(filter="id = 5", columns=["embedding"]).column("embedding").to_pylist()[0]
+    assert ns.search("embedding", q, k=1, columns=["id"], use_index=False).column("id").to_pylist() == [5]
+    from lancepart.read.search import resolve_metric
+
+    parts = ns.partitions()
+    tables = [ns._published_dataset(p) for p in parts]
+    assert resolve_metric("embedding", parts, tables, None, ns.snapshot().metadata) == "cosine"

@@ -204,10 +204,10 @@ class Prepared:
         """The fragment ids of ``ds`` this build indexes as they are there."""
         return {fid for fid, files in _files_by_id(ds).items() if self.covers.get(fid) == files}
 
-    def worth_using(self, ds: lance.LanceDataset, decl: IndexDeclaration) -> bool:
-        """Built for this definition on this column, and covering at least half of ``ds``'s rows
-        (else the delta would be the bigger part: build anew)."""
-        if self.definition != decl.to_json() or _field_id(ds, decl.column) != self.field_id:
+    def worth_using(self, ds: lance.LanceDataset, decl: IndexDeclaration, column: str | None = None) -> bool:
+        """Built for this definition on this column (``column``: its name in ``ds``), and covering
+        at least half of ``ds``'s rows (else the delta would be the bigger part: build anew)."""
+        if self.definition != decl.to_json() or _field_id(ds, column or decl.column) != self.field_id:
             return False
         ids = self.usable_on(ds)
         covered = sum(f.metadata.physical_rows or 0 for f in ds.get_fragments() if f.fragment_id in ids)
@@ -226,18 +226,34 @@ class Prepared:
 PreparedCache = dict[tuple[str, str], Prepared]
 
 
-def prepare(ds: lance.LanceDataset, decl: IndexDeclaration) -> Prepared:
+def table_column(ds: lance.LanceDataset, column: str, namespace_md: Mapping[str, str] | None) -> str | None:
+    """The name namespace column ``column`` has in partition table ``ds`` (None: the table was
+    written before the column existed). A table keeps its columns' names until it is rewritten,
+    so after a rename it holds the column under its old name: found by field id, as reads do."""
+    if namespace_md and "schema" in namespace_md:
+        from lancepart.schema_evolution import source_columns
+        from lancepart.spec import schema_from_json
+
+        schema = schema_from_json(namespace_md["schema"])
+        if column in schema.names:
+            return source_columns(ds.schema, namespace_md, schema, [column])[column]
+    return column if column in ds.schema.names else None
+
+
+def prepare(ds: lance.LanceDataset, decl: IndexDeclaration, column: str | None = None) -> Prepared:
     """Build ``decl`` over every fragment of the version ``ds`` is open at, without committing
-    it (a segment under ``_indices/`` that no version names yet)."""
+    it (a segment under ``_indices/`` that no version names yet). ``column``: the declared
+    column's name in this table (:func:`table_column`; default the declared name)."""
+    column = column or decl.column
     frags = [f.fragment_id for f in ds.get_fragments()]
-    fid = _field_id(ds, decl.column)
+    fid = _field_id(ds, column)
     if fid is None:
         raise SchemaMismatchError(f"cannot index column {decl.column!r}: table {ds.uri} version {ds.version} has "
                                   f"no such column")
     # Lance refuses a build under a name taken on another column (a redeclared index): build it
     # under a free name; the name lives only in the segment's metadata, set when it is committed
     taken = any(i.name == decl.name and list(i.fields) != [fid] for i in ds.describe_indices())
-    seg = ds.create_index_uncommitted(decl.column, decl.index_type, name=decl.name + "__lp_rebuild" if taken
+    seg = ds.create_index_uncommitted(column, decl.index_type, name=decl.name + "__lp_rebuild" if taken
                                       else decl.name, replace=True, fragment_ids=frags, **decl.params)
     if not decl.is_vector:  # scalar segments are staged: merged into their final files before a commit
         seg = ds.merge_existing_index_segments([seg])
@@ -293,8 +309,10 @@ class Maintain:
 
     def __init__(self, decls: Iterable[IndexDeclaration], *, build_missing: bool = True,
                  rebuild: Iterable[str] = (), base: lance.LanceDataset | None = None,
-                 storage_options: Mapping[str, str] | None = None, rebuild_stale: bool = True) -> None:
+                 storage_options: Mapping[str, str] | None = None, rebuild_stale: bool = True,
+                 namespace_md: Mapping[str, str] | None = None) -> None:
         self.decls = list(decls)
+        self.namespace_md = dict(namespace_md) if namespace_md else None
         self.rebuild_stale = rebuild_stale
         self.storage_options = dict(storage_options) if storage_options else None
         self.build_missing = build_missing
@@ -304,6 +322,8 @@ class Maintain:
         out = []
         rows = None
         for d in self.decls:
+            if table_column(ds, d.column, self.namespace_md) is None:
+                continue  # written before the column existed: nothing to index
             state = index_state(ds, d)
             if d.name in self.rebuild and state != "missing" and _uuids(ds, d.name) == self.rebuild[d.name]:
                 state = "stale"
@@ -325,8 +345,9 @@ class Maintain:
         rebuild) unless ``prepared`` holds a build of it worth using there."""
         for d, state in self.todo(published):
             key = (published.uri, d.name)
-            if state != "partial" and not (key in prepared and prepared[key].worth_using(published, d)):
-                prepared[key] = prepare(published, d)
+            column = table_column(published, d.column, self.namespace_md)
+            if state != "partial" and not (key in prepared and prepared[key].worth_using(published, d, column)):
+                prepared[key] = prepare(published, d, column)
 
     def commit(self, ds: lance.LanceDataset, prepared: PreparedCache) -> None:
         """On ``ds`` (a version holding exactly the published fragments): commit each prepared
@@ -335,8 +356,9 @@ class Maintain:
         for d, state in self.todo(ds):
             if state != "partial":
                 prep = prepared.get((ds.uri, d.name))
-                if prep is None or not prep.worth_using(ds, d):
-                    prep = prepared[(ds.uri, d.name)] = prepare(ds, d)
+                column = table_column(ds, d.column, self.namespace_md)
+                if prep is None or not prep.worth_using(ds, d, column):
+                    prep = prepared[(ds.uri, d.name)] = prepare(ds, d, column)
                 ds = commit_prepared(ds, d, prep, self.storage_options)
                 if index_state(ds, d) == "ok":
                     continue

@@ -330,6 +330,7 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         return Published(manifest.snapshot(), False, {}, {}, set(), 0)
     rebased: set[str] = set()
     decls: list[IndexDeclaration] = []
+    namespace_md: dict[str, str] = {}
     prepared: PreparedCache = {}  # the compacted tables' index builds, committed again on a rebase
 
     def change(rw: TableRewrite) -> TableChange:
@@ -359,7 +360,8 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         if decls:  # the index on the compacted version: never one naming the rewritten fragments
             keep_fragment_ids(rw, open_table(uri, version=version, storage_options=manifest.storage_options))
             try:
-                version = apply_on_exact(uri, version, Maintain(decls, storage_options=manifest.storage_options),
+                version = apply_on_exact(uri, version, Maintain(decls, storage_options=manifest.storage_options,
+                                                                namespace_md=namespace_md),
                                          manifest.storage_options, f"partition table {location} (index)",
                                          prepared=prepared)
             except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
@@ -375,6 +377,8 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
 
     def plan(snap: ManifestSnapshot) -> list[TableChange]:
         decls[:] = declarations(snap.metadata)
+        namespace_md.clear()
+        namespace_md.update(snap.metadata)
         return changes
 
     pub = publish_changes(manifest, plan, what="compaction publish", unpublishable="leave_out",

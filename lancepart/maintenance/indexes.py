@@ -39,6 +39,7 @@ from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
 if TYPE_CHECKING:
@@ -53,9 +54,13 @@ ApplyTables = Callable[[int, Sequence[TableTodo]], list[tuple[str, int, int]]]
 
 
 def op_to_json(kind: str, decls: Sequence[IndexDeclaration] = (), rebuild: Sequence[str] = (),
-               names: Sequence[str] = ()) -> str:
+               names: Sequence[str] = (), namespace_md: Mapping[str, str] | None = None) -> str:
+    """The per-table index operation as JSON (Spark tasks run it); ``namespace_md`` (the root
+    properties: the schema, the legacy field ids) places the declared column in tables that still
+    hold it under an older name."""
+    md = {k: v for k, v in (namespace_md or {}).items() if k in ("schema", LEGACY_FIELD_IDS_KEY)}
     return json.dumps({"kind": kind, "decls": [d.to_dict() for d in decls], "rebuild": list(rebuild),
-                       "names": list(names)})
+                       "names": list(names), "namespace_md": md})
 
 
 def index_table(root: str, object_id: str, location: str, base: int, op_json: str,
@@ -72,7 +77,7 @@ def index_table(root: str, object_id: str, location: str, base: int, op_json: st
     else:
         decls = [IndexDeclaration(d["name"], d["column"], d["index_type"], d["params"], d["min_rows"])
                  for d in spec["decls"]]
-        op = Maintain(decls, rebuild=spec["rebuild"], storage_options=so,
+        op = Maintain(decls, rebuild=spec["rebuild"], storage_options=so, namespace_md=spec.get("namespace_md"),
                       base=open_table(uri, version=base, storage_options=so) if spec["rebuild"] else None)
     return apply_on_exact(uri, base, op, so, f"partition table {location} (index)", prepared=prepared)
 
@@ -161,7 +166,7 @@ def create_index(ns: NamespaceHandle, column: str, index_type: str, *, name: str
             raise CommitConflictError(f"index {decl.name!r} was dropped or redeclared while it was being built; "
                                       f"nothing was published")
 
-    op_json = op_to_json("maintain", [decl], rebuild)
+    op_json = op_to_json("maintain", [decl], rebuild, namespace_md=ns.snapshot().metadata)
     result = publish_tables(ns.manifest, op_json, f"create_index {decl.name}", max_retries=max_retries,
                             apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted)
     result.details.update(index=decl.to_dict())
@@ -202,7 +207,7 @@ def maintain_all(manifest: Manifest, *, max_retries: int = 20,
             raise CommitConflictError("a declared index was dropped or redeclared during index maintenance; "
                                       "nothing was published (the next run picks the new declarations up)")
 
-    op_json = op_to_json("maintain", decls)
+    op_json = op_to_json("maintain", decls, namespace_md=manifest.dataset().metadata)
     return publish_tables(manifest, op_json, "index maintenance", max_retries=max_retries,
                           apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted,
                           leave_out_unreadable=True)

@@ -285,15 +285,19 @@ def open_tables(plan: SearchPlan, infos: Sequence[PartitionInfo]) -> list[lance.
 
 
 def resolve_metric(column: str, infos: Sequence[PartitionInfo], datasets: Sequence[lance.LanceDataset | None],
-                   requested: str | None) -> str:
+                   requested: str | None, namespace_md: Mapping[str, str] | None = None) -> str:
     """The metric every table is searched with: ``requested``, else the metric of the vector
     indexes on ``column`` (they must agree), else ``l2``. A table whose index uses another
-    metric than the one passed is searched flat by Lance (exact, slower)."""
+    metric than the one passed is searched flat by Lance (exact, slower). ``namespace_md`` (the
+    root properties) finds the column in a table that holds it under an older name."""
+    from lancepart.index import table_column
+
     if requested is not None:
         return requested
     found: dict[str, list[str]] = {}
     for info, ds in zip(infos, datasets, strict=True):
-        m = None if ds is None or column not in ds.schema.names else _index_metric(ds, column)
+        name = None if ds is None else table_column(ds, column, namespace_md)
+        m = None if name is None else _index_metric(ds, name)
         if m is not None:
             found.setdefault(m, []).append(info.object_id)
     if len(found) > 1:
@@ -342,7 +346,7 @@ def search(ns: Any, column: str, query: Any, k: int = 10, filter: str | None = N
     plan = SearchPlan(ns.root, column, read_schema, filter, scan_filter, ns.storage_options, schema,
                       ns.snapshot().metadata)
     datasets = map_threads(ns._published_dataset, parts)  # kept open by the handle: warm index caches
-    params["metric"] = resolve_metric(column, parts, datasets, params.get("metric"))
+    params["metric"] = resolve_metric(column, parts, datasets, params.get("metric"), ns.snapshot().metadata)
     found = map_threads(lambda pair: search_dataset(plan, pair[0], pair[1], q, k, params),
                         list(zip(parts, datasets, strict=True)))
     if not found:

@@ -117,7 +117,8 @@ def search(spark, root: str, queries, column: str, k: int = 10, filter: str | No
     plan = _search.SearchPlan(ns.root, column, read_schema, filter, scan_filter, schema=schema,
                               namespace_md=ns.snapshot().metadata)
     if params.get("metric") is None:
-        params["metric"] = _search.resolve_metric(column, parts, _search.open_tables(plan, parts), None)
+        params["metric"] = _search.resolve_metric(column, parts, _search.open_tables(plan, parts), None,
+                                                  ns.snapshot().metadata)
 
     id_field = queries.schema[id_column]
     row_struct = spark_schema(pa.schema([schema.field(c) for c in cols]))

@@ -216,7 +216,8 @@ def publish_changes(
     if planned is not None:
         by_oid.update(_by_object_id(planned))
 
-    def commit_one(snapshot_version: int, decls: Sequence[IndexDeclaration], work: TableWork) -> Made:
+    def commit_one(snapshot_version: int, decls: Sequence[IndexDeclaration], work: TableWork,
+                   namespace_md: Mapping[str, str] | None = None) -> Made:
         c = work.change
         try:
             out = commit_on_published(manifest, snapshot_version, c.object_id, work.location, work.published,
@@ -232,7 +233,8 @@ def publish_changes(
         if made.changed:
             faults.checkpoint("after_table_commit")
             if decls:
-                made.version = index_or_warn(manifest, c.object_id, work.location, made.version, decls, prepared)
+                made.version = index_or_warn(manifest, c.object_id, work.location, made.version, decls, prepared,
+                                             namespace_md)
         return made
 
     def mutate(snap: ManifestSnapshot):
@@ -250,7 +252,8 @@ def publish_changes(
             return None, []
         decls = declarations(snap.metadata) if index_on_write else []
         if decls:
-            keep_indexes(manifest, [c for c in by_oid.values() if c.created is not None], decls, indexed, prepared)
+            keep_indexes(manifest, [c for c in by_oid.values() if c.created is not None], decls, indexed, prepared,
+                         snap.metadata)
         added, state["created"] = (new_tables.rows(snap, by_oid) if new_tables is not None else (None, 0))
         existing = [o for o, c in by_oid.items() if c.created is None and o not in left_out]
         current = {r["object_id"]: r for r in snap.lookup(existing).select(
@@ -271,7 +274,7 @@ def publish_changes(
         t = time.monotonic()
         if todo:
             made = (run(snap.version, todo) if run is not None
-                    else map_threads(lambda w: commit_one(snap.version, decls, w), todo))
+                    else map_threads(lambda w: commit_one(snap.version, decls, w, snap.metadata), todo))
             for m in made:
                 if m.left_out is not None:
                     left_out[m.object_id] = m.left_out
@@ -415,14 +418,16 @@ def publish(
 
 
 def index_or_warn(manifest: Manifest, object_id: str, location: str, version: int,
-                  decls: Sequence[IndexDeclaration], prepared: PreparedCache | None = None) -> int:
+                  decls: Sequence[IndexDeclaration], prepared: PreparedCache | None = None,
+                  namespace_md: Mapping[str, str] | None = None) -> int:
     """The version of the table at ``location`` holding exactly the fragments of ``version`` with
     the declared indexes up to date; ``version`` itself, with a warning, when Lance cannot build
     one (the data is published unindexed: a search scans it flat, ``verify`` reports
     ``index_missing``); an index never fails a write."""
     try:
         return apply_on_exact(join_uri(manifest.root, location), version,
-                              Maintain(decls, storage_options=manifest.storage_options, rebuild_stale=False),
+                              Maintain(decls, storage_options=manifest.storage_options, rebuild_stale=False,
+                                       namespace_md=namespace_md),
                               manifest.storage_options,
                               f"partition table {location} (index)", prepared=prepared)
     except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
@@ -434,14 +439,15 @@ def index_or_warn(manifest: Manifest, object_id: str, location: str, version: in
 
 
 def keep_indexes(manifest: Manifest, created: Sequence[TableWrite], decls: Sequence[IndexDeclaration],
-                 indexed: dict[str, int], prepared: PreparedCache | None = None) -> None:
+                 indexed: dict[str, int], prepared: PreparedCache | None = None,
+                 namespace_md: Mapping[str, str] | None = None) -> None:
     """Bring the declared indexes ``decls`` up to date on the tables this write created (each
     one's ``created`` version becomes the version that carries them), once per table; below a
     declaration's ``min_rows`` a table stays unindexed. Docs: docs/indexes.md."""
     todo = [w for w in created if w.object_id not in indexed]
 
     def one(w: TableWrite) -> int:
-        return index_or_warn(manifest, w.object_id, w.location, w.created, decls, prepared)
+        return index_or_warn(manifest, w.object_id, w.location, w.created, decls, prepared, namespace_md)
 
     for w, version in zip(todo, map_threads(one, todo), strict=True):
         indexed[w.object_id] = w.created
