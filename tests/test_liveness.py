@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -62,14 +63,16 @@ class Writer:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent),
                                                              *filter(None, [os.environ.get("PYTHONPATH")])])}
         self.stop = stop
+        # stderr to a file: a pipe nobody reads while the writer logs would block it
+        self.err = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([sys.executable, str(HERE / "liveness_writer_proc.py"), root, "--start",
                                       str(start), "--stop", str(stop)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+                                     stderr=self.err, text=True, env=env)
         self.lines: list[dict] = []
         while True:  # up to its first publish
             line = self.proc.stdout.readline()
             if not line:
-                raise AssertionError(f"the writer ended before its first publish: {self.proc.stderr.read()[-3000:]}")
+                raise AssertionError(f"the writer ended before its first publish: {self.stderr()}")
             if line.strip() == "started":
                 break
             self.lines.append(json.loads(line))
@@ -85,9 +88,15 @@ class Writer:
             if sum(1 for b in self.lines if b.get("version", 0) > after_version) >= 2:
                 break
         self.stop.touch()
-        out, err = self.proc.communicate(timeout=timeout)
-        self.lines += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-        assert self.proc.returncode == 0, err[-3000:]
+        # the rest through the same buffered reader: communicate() reads the pipe itself and loses
+        # the lines readline() had buffered already
+        self.proc.wait(timeout=timeout)
+        self.lines += [json.loads(x) for x in self.proc.stdout.read().splitlines() if x.startswith("{")]
+        assert self.proc.returncode == 0, self.stderr()
+
+    def stderr(self) -> str:
+        self.err.seek(0)
+        return self.err.read()[-3000:]
 
     @property
     def published(self) -> list[dict]:
