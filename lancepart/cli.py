@@ -251,20 +251,25 @@ def _type_arg(text: str, option: str) -> Any:
         raise InvalidArgumentError(f"{option}: {e}") from None
 
 
-def _name_value(text: str, sep: str, option: str) -> tuple[str, str]:
-    name, found, value = text.partition(sep)
-    if not found or not name.strip() or not value.strip():
-        raise InvalidArgumentError(f"{option}: expected NAME{sep}VALUE, got {text!r}")
-    return name.strip(), value.strip()
+def _name_value(text: str, sep: str, option: str, value: str = "VALUE") -> tuple[str, str]:
+    name, found, rest = text.partition(sep)
+    if not found or not name.strip() or not rest.strip():
+        raise InvalidArgumentError(f"{option}: expected {_option_form(option, sep, value)}, got {text!r}")
+    return name.strip(), rest.strip()
+
+
+def _option_form(option: str, sep: str, value: str) -> str:
+    return f"NAME{sep}{value}" if option != "--rename" else "OLD=NEW"
 
 
 def _cmd_alter(args: argparse.Namespace) -> Any:
     import pyarrow as pa
 
     add = [pa.field(n, _type_arg(t, "--add"), nullable=True) for n, t in
-           (_name_value(a, ":", "--add") for a in args.add or [])]
+           (_name_value(a, ":", "--add", "TYPE") for a in args.add or [])]
     rename = dict(_name_value(r, "=", "--rename") for r in args.rename or [])
-    widen = {n: _type_arg(t, "--widen") for n, t in (_name_value(w, ":", "--widen") for w in args.widen or [])}
+    widen = {n: _type_arg(t, "--widen") for n, t in (_name_value(w, ":", "--widen", "TYPE") for w in
+                                                      args.widen or [])}
     drop = list(args.drop or [])
     if not (add or rename or drop or widen):
         raise UsageError("alter: give at least one of --add, --rename, --drop, --widen")
@@ -338,6 +343,11 @@ def _cmd_verify(args: argparse.Namespace) -> Any:
 
     root, so = _target(args)
     root = normalize_root(root)
+    from lancepart.error_mapping import file_in_the_way
+
+    if "://" not in root and (blocker := file_in_the_way(root)) is not None:  # a usage error, as elsewhere
+        raise InvalidArgumentError(f"{blocker} is a file, not a directory: it cannot be (or hold) the namespace "
+                                   f"root {root}")
     _Progress(args.quiet)(f"verifying {root}" + (" (deep: every row is read)" if args.deep else ""))
     from lancepart.namespace import PartitionedNamespace
 

@@ -197,7 +197,10 @@ def _parse(filter: str, schema: pa.Schema) -> _Pred:
 
 
 def _short(msg: str) -> str:
+    """DataFusion's message, once: without its repeated "DataFusion error:" prefixes and the
+    internal table alias the filter is planned over."""
     msg = " ".join(msg.split())
+    msg = re.sub(r"^(?:DataFusion error:\s*)+", "", msg.replace(_TABLE + ".", ""))
     return msg if len(msg) < 400 else msg[:400] + "..."
 
 

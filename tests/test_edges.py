@@ -176,3 +176,23 @@ def test_index_on_a_renamed_column_is_built_on_tables_that_keep_the_old_name(tmp
     parts = ns.partitions()
     tables = [ns._published_dataset(p) for p in parts]
     assert resolve_metric("embedding", parts, tables, None, ns.snapshot().metadata) == "cosine"
+
+
+def test_small_messages_and_exit_codes(ns, tmp_path, capsys):
+    """Item 12: verify on a file exits 2 like every other command given a bad ROOT; an unknown
+    column in a filter names no internal alias; DataFusion's messages are not prefixed twice;
+    ``alter --add`` asks for NAME:TYPE."""
+    from lancepart.errors import InvalidArgumentError
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["verify", str(afile)]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
+    with pytest.raises(InvalidArgumentError) as e:
+        ns.to_table(filter="nope = 1")
+    assert "__lp_source" not in str(e.value) and "'nope'" in str(e.value)
+    with pytest.raises(InvalidArgumentError) as e:
+        ns.to_table(filter="id = = 1")
+    assert "DataFusion error" not in str(e.value)
+    assert main(["alter", ns.root, "--add", "nocolon"]) == 2
+    assert "expected NAME:TYPE" in capsys.readouterr().err
