@@ -466,10 +466,22 @@ def _cmd_index(args: argparse.Namespace) -> Any:
                                  min_rows=args.min_rows, max_retries=args.max_retries, **dict(args.param or []))
     else:
         result = ns.drop_index(args.target[0], max_retries=args.max_retries)
+    below = None
+    if args.action == "create":  # say what min_rows left out: a small table is searched flat, unindexed
+        decl = result.details["index"]
+        cov = next((d for d in ns.refresh().list_indexes() if d["name"] == decl["name"]), None)
+        if cov is not None:
+            below = {"min_rows": decl["min_rows"], "tables": cov["tables"] - cov["above_min_rows"]}
     if args.json:
-        return {"root": ns.root, **result.to_dict()}
+        return {"root": ns.root, **result.to_dict(), **({"below_min_rows": below} if below else {})}
     print(f"{args.action} index: {result.partitions_touched} of {result.details['tables']} partition tables changed; "
           f"manifest version {result.manifest_version}")
+    if below and below["tables"]:
+        what = ("full-text search needs the index on every table it searches" if decl["index_type"] == "INVERTED"
+                else "a search scans them without it")
+        print(f"{below['tables']} of {result.details['tables']} partition tables have fewer than --min-rows "
+              f"{below['min_rows']} rows and stay unindexed ({what}); pass --min-rows 0 (with --replace) to index "
+              f"every table")
     return None
 
 

@@ -255,8 +255,10 @@ def text_table(plan: SearchPlan, info: PartitionInfo, ds: lance.LanceDataset | N
         if not _has_inverted_index(ds, column):
             raise InvalidArgumentError(
                 f"partition table {info.object_id!r} (version {ds.version}) has no INVERTED index on column "
-                f"{plan.column!r}: full-text search needs one on every searched table; create it (for example "
-                f"lance.dataset(...).create_scalar_index({plan.column!r}, 'INVERTED')) and publish it")
+                f"{plan.column!r}: full-text search needs one on every searched table; declare it on every table "
+                f"with `lancepart index ROOT create {plan.column} INVERTED --min-rows 0` (ns.create_index("
+                f"{plan.column!r}, 'INVERTED', min_rows=0)); an index declared with a higher min_rows leaves "
+                f"smaller tables unindexed (redeclare it with --replace)")
 
         def run(limit: int, prefilter: str | None) -> pa.Table:
             return ds.to_table(columns=[*cols, SCORE], full_text_query={"query": query, "columns": [column]},
