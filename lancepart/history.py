@@ -36,7 +36,9 @@ from lancepart.manifest import (
 )
 
 # Lance operations on __manifest that lancepart makes without a label of its own
-_LANCE_OPERATIONS = {"CreateIndex": "index", "UpdateConfig": "properties"}
+# Lance's own operations on __manifest, named for what they are there: a Merge is Lance's add_columns
+# (a spec evolution adding its partition columns: Lance takes no label with it), not a merge of rows
+_LANCE_OPERATIONS = {"CreateIndex": "index", "UpdateConfig": "properties", "Merge": "add columns"}
 
 
 @dataclass(frozen=True)

@@ -211,3 +211,13 @@ def test_index_create_says_what_min_rows_left_out(ns, capsys):
     assert main(["--json", "index", ns.root, "create", "txt", "INVERTED", "--min-rows", "0", "--replace", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["below_min_rows"] == {"min_rows": 0, "tables": 0}
     assert ns.refresh().search_text("txt", "apple", k=3).num_rows == 3
+
+
+def test_evolve_history_names_no_merge(ns):
+    """Item 12: the commit that adds a new spec's partition columns read 'merge' in history (Lance's
+    name for add_columns), as if rows had been merged."""
+    v = ns.manifest_version
+    ns.evolve([{"field_id": "cat", "source_ids": [3], "transform": {"type": "identity"},
+                "result_type": {"type": "utf8"}}])
+    ops = [h.operation for h in ns.history() if h.version > v]
+    assert "merge" not in ops and "add columns" in ops, ops
