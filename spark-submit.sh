@@ -3,9 +3,9 @@
 #
 #   ./spark-submit.sh jobs/<job>.py --config configs/<file>.yaml [--batch-id ID] [spark-submit options]
 #
-# --config, --batch-id, --storage-options-file go to the job, the rest to spark-submit (--master,
-# --conf k=v, --executor-memory, ...); everything after a literal `--` goes to the job. Without
-# --master the job runs on the embedded local[*]. Python: $LANCEPART_PYTHON, else the
+# --config, --batch-id, --logical-date, --default-batch-id, --storage-options-file go to the job,
+# the rest to spark-submit (--master, --conf k=v, ...); everything after a literal `--` goes to the
+# job. Without --master the job runs on the embedded local[*]. Python: $LANCEPART_PYTHON, else the
 # project's .venv, else python3; it must have lancepart's dependencies installed.
 # With a --master that is not local[...] the executors get the packed environment of
 # `make dist` ($LANCEPART_ARCHIVE, default build/lancepart-env.tar.gz) through --archives and run
@@ -34,6 +34,8 @@ while [ $# -gt 0 ]; do
     --config=*) job_args+=("$1"); shift ;;
     --batch-id) job_args+=("$1" "$2"); shift 2 ;;
     --batch-id=*) job_args+=("$1"); shift ;;
+    --logical-date|--default-batch-id) job_args+=("$1" "$2"); shift 2 ;;
+    --logical-date=*|--default-batch-id=*) job_args+=("$1"); shift ;;
     --storage-options-file) job_args+=("$1" "$2"); shift 2 ;;
     --storage-options-file=*) job_args+=("$1"); shift ;;
     --) shift; job_args+=("$@"); break ;;

@@ -1,12 +1,17 @@
 """Ingest a job config's source into its namespace with Spark, exactly once per logical date.
 
-One task: ``./spark-submit.sh jobs/ingest.py --config=<config> --batch-id=<id> [deployment
-spark-submit options]`` in the project directory. The batch id defaults to
-``lancepart_ingest:<config>:<logical date>`` (the run id when a run has no logical date), so
-every retry of a run, and every rerun of the same logical date, reuses it: a job that
-published and then died is retried as a no-op (``"skipped": true``), never as a duplicate.
+One task: ``./spark-submit.sh jobs/ingest.py --config=<config> --batch-id=<run's batch_id>
+--logical-date=<YYYY-MM-DD> --default-batch-id=<id> [deployment spark-submit options]`` in the
+project directory. The batch id follows the job's one rule (jobs/ingest.py): the run's
+``batch_id`` when it gives one; else the config's ``batch_id``, its ``{logical_date}`` rendered
+as the run's logical date (``YYYY-MM-DD``; a run without one: the config's own
+``logical_date``) and a literal id used as written; else ``lancepart_ingest:<config>:<logical
+date>`` (the run id when a run has no logical date). So ``make demo`` and a run for the demo's
+date publish under one id, and every retry of a run, and every rerun of the same logical date,
+reuses its id: a job that published and then died is retried as a no-op (``"skipped": true``),
+never as a duplicate.
 
-    airflow dags trigger lancepart_ingest --conf '{"config": "configs/demo.yaml"}'
+    airflow dags test lancepart_ingest 2025-12-01        # one run, in this process
 
 A run chooses only ``config`` and ``batch_id``. Where Spark runs (``--master``, ``--conf``,
 ``--archives`` ...) belongs to the deployment: ``$LANCEPART_SPARK_SUBMIT_ARGS`` on the worker
@@ -45,7 +50,8 @@ from lancepart_common import (
 
 RUN_PARAMS = ("config", "batch_id")
 COMMAND = ('exec ./spark-submit.sh jobs/ingest.py --config="$LANCEPART_RUN_CONFIG" '
-           '--batch-id="$LANCEPART_RUN_BATCH_ID"')
+           '--batch-id="$LANCEPART_RUN_BATCH_ID" --logical-date="$LANCEPART_RUN_LOGICAL_DATE" '
+           '--default-batch-id="$LANCEPART_RUN_DEFAULT_BATCH_ID"')
 
 
 def check_batch_id(value) -> str | None:
@@ -58,16 +64,23 @@ def check_batch_id(value) -> str | None:
     return value
 
 
+def batch_id_inputs(context, config: str) -> dict[str, str]:
+    """What the job needs to choose the run's batch id (the rule is the job's, in one place):
+    the run's own ``batch_id`` (empty: none), the run's logical date as ``YYYY-MM-DD`` for the
+    config's ``{logical_date}`` (empty for a run without one: the config's own date applies)
+    and the id for a config without ``batch_id``."""
+    batch = check_batch_id(context["params"].get("batch_id"))
+    logical_date = context.get("logical_date")
+    when = logical_date.isoformat() if logical_date else context["run_id"]
+    return {"LANCEPART_RUN_BATCH_ID": batch or "",
+            "LANCEPART_RUN_LOGICAL_DATE": logical_date.strftime("%Y-%m-%d") if logical_date else "",
+            "LANCEPART_RUN_DEFAULT_BATCH_ID": f"lancepart_ingest:{config}:{when}"}
+
+
 def ingest_command(context) -> tuple[str, dict[str, str]]:
     check_run_conf(context, RUN_PARAMS)
-    params = context["params"]
-    config = check_config(params.get("config"))
-    batch = check_batch_id(params.get("batch_id"))
-    if batch is None:
-        logical_date = context.get("logical_date")
-        when = logical_date.isoformat() if logical_date else context["run_id"]
-        batch = f"lancepart_ingest:{config}:{when}"
-    return with_deployment_spark_args(COMMAND), {"LANCEPART_RUN_CONFIG": config, "LANCEPART_RUN_BATCH_ID": batch}
+    config = check_config(context["params"].get("config"))
+    return with_deployment_spark_args(COMMAND), {"LANCEPART_RUN_CONFIG": config, **batch_id_inputs(context, config)}
 
 
 with DAG(
@@ -88,7 +101,8 @@ with DAG(
         "config": Param("configs/demo.yaml", type="string", minLength=1,
                         description="job config YAML, relative to the project directory or absolute"),
         "batch_id": Param(None, type=["null", "string"],
-                          description="exactly-once id; default lancepart_ingest:<config>:<logical date>"),
+                          description="exactly-once id; default: the config's batch_id ({logical_date} is "
+                                      "the run's date), else lancepart_ingest:<config>:<logical date>"),
     },
     tags=["lancepart"],
 ) as dag:

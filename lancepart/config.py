@@ -28,7 +28,8 @@ from lancepart.spec import PartitionSpec, arrow_type_from_json
 #: The keys a job config may hold, section by section (free-form mappings are not listed: Lance
 #: storage options, Spark confs, reader options, expectations).
 KEYS: dict[str, frozenset[str]] = {
-    "": frozenset({"namespace", "source", "mode", "batch_id", "expectations", "spark", "compact", "index"}),
+    "": frozenset({"namespace", "source", "mode", "batch_id", "logical_date", "expectations", "spark", "compact",
+                   "index"}),
     "namespace": frozenset({"root", "storage", "schema", "spec"}),
     "namespace.schema[]": frozenset({"name", "type", "nullable"}),
     "namespace.spec": frozenset({"id", "fields"}),
@@ -43,6 +44,8 @@ KEYS: dict[str, frozenset[str]] = {
 STORAGE_OPTIONS_ENV = "LANCEPART_STORAGE_OPTIONS"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _PLAIN_INT = re.compile(r"[1-9][0-9]*|0")
+#: A placeholder of a ``batch_id`` template: ``{name}``. Other braces are literal text.
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _section_name(where: str) -> str:
@@ -200,6 +203,47 @@ def batch_id_value(value: Any, raw: str | None = None) -> str | None:
                       f"{value!r}); quote it: batch_id: \"{shown}\"")
 
 
+def logical_date_value(value: Any, where: str = "logical_date") -> dt.date | None:
+    """A logical date (``YYYY-MM-DD``, a YAML date or a ``datetime.date``) as a date; ``None``
+    and ``""`` are no date."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):  # before date: datetime is a date
+        raise ConfigError(f"{where} must be a date YYYY-MM-DD, got the timestamp {value}")
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
+        try:
+            return dt.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"{where} must be a date YYYY-MM-DD, got {type(value).__name__} {_short(value)}")
+
+
+def render_batch_id(template: str | None, logical_date: dt.date | None) -> str | None:
+    """A config's ``batch_id`` with its ``{logical_date}`` placeholder replaced by
+    ``logical_date`` as ``YYYY-MM-DD``; an id without a placeholder is returned as written.
+
+    >>> render_batch_id("demo-{logical_date}", dt.date(2025, 12, 1))
+    'demo-2025-12-01'
+    >>> render_batch_id("nightly-7", None)
+    'nightly-7'
+    """
+    if template is None:
+        return None
+    names = _PLACEHOLDER.findall(template)
+    if unknown := sorted({n for n in names if n != "logical_date"}):
+        raise ConfigError(f"batch_id {template!r} has the unknown placeholder(s) "
+                          f"{', '.join('{' + n + '}' for n in unknown)}; the only one is {{logical_date}}")
+    if not names:
+        return template
+    if logical_date is None:
+        raise ConfigError(f"batch_id {template!r} uses {{logical_date}}, but no logical date is given: set "
+                          f"logical_date: YYYY-MM-DD in the config (the date its data is for), or pass "
+                          f"--logical-date (the Airflow DAG passes the run's logical date)")
+    return _PLACEHOLDER.sub(logical_date.isoformat(), template)
+
+
 def _raw_batch_id(text: str) -> str | None:
     """The text of a top-level ``batch_id:`` plain scalar exactly as written in the YAML."""
     try:
@@ -290,18 +334,20 @@ class JobConfig:
     namespace: NamespaceConfig
     source: SourceConfig = field(default_factory=SourceConfig)
     mode: str = "append"
-    batch_id: str | None = None
+    batch_id: str | None = None  # rendered: {logical_date} replaced (render_batch_id)
     expectations: list[dict[str, Any]] = field(default_factory=list)
     spark: dict[str, Any] = field(default_factory=dict)
     compact: CompactConfig = field(default_factory=CompactConfig)
     index_on_write: bool = True  # ``index.on_write``: the ingest keeps declared indexes (docs/indexes.md)
+    logical_date: dt.date | None = None  # the date the data is for: renders {logical_date} in batch_id
 
     @classmethod
     def load(cls, path: str | Path, storage_options_file: str | Path | None = None,
-             storage_env: bool = True) -> JobConfig:
+             storage_env: bool = True, logical_date: dt.date | str | None = None) -> JobConfig:
         """The job config at ``path``; ``storage_options_file`` (a JSON or YAML mapping) adds
         storage options under the config's own ``namespace.storage``. ``storage_env=False``:
-        without ``$LANCEPART_STORAGE_OPTIONS`` (the CLI merges it itself, in its own order)."""
+        without ``$LANCEPART_STORAGE_OPTIONS`` (the CLI merges it itself, in its own order).
+        ``logical_date`` (a run's date, e.g. Airflow's) replaces the config's ``logical_date``."""
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
@@ -321,16 +367,19 @@ class JobConfig:
                 raise ConfigError(f"{p}: {e}") from None
         try:
             defaults = storage_options_from_file(storage_options_file) if storage_options_file else None
-            return cls.from_dict(data, base_dir=p.parent, storage_defaults=defaults, storage_env=storage_env)
+            return cls.from_dict(data, base_dir=p.parent, storage_defaults=defaults, storage_env=storage_env,
+                                 logical_date=logical_date)
         except ConfigError as e:
             raise ConfigError(f"{p}: {e}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None,
-                  storage_defaults: Mapping[str, str] | None = None, storage_env: bool = True) -> JobConfig:
+                  storage_defaults: Mapping[str, str] | None = None, storage_env: bool = True,
+                  logical_date: dt.date | str | None = None) -> JobConfig:
         """A config from its data. Storage options: ``$LANCEPART_STORAGE_OPTIONS`` (unless
         ``storage_env`` is false), then ``storage_defaults``, then ``namespace.storage``; later
-        ones win."""
+        ones win. ``batch_id`` is rendered with ``logical_date`` when given (a run's date), else
+        with the config's own ``logical_date`` (:func:`render_batch_id`)."""
         data = _mapping(data, "a job config")
         _check_keys(data, "")
         ns = data.get("namespace")
@@ -375,6 +424,9 @@ class JobConfig:
         if spark.get("app_name") is not None:
             _typed(spark["app_name"], str, "spark.app_name", "a string")
         _mapping(spark.get("conf"), "spark.conf")
+        own_date = logical_date_value(data.get("logical_date"))
+        date = logical_date_value(logical_date, "the run's logical date") or own_date
+        batch_id = render_batch_id(batch_id_value(data.get("batch_id")), date)
         root = str(ns["root"])
         if base_dir is not None and "://" not in root and not Path(root).is_absolute():
             root = str(Path.cwd() / root)  # relative roots resolve against the cwd, like the API
@@ -384,11 +436,12 @@ class JobConfig:
                                 rows=int(src.get("rows", 100_000)), seed=int(src.get("seed", 42)),
                                 options=dict(src.get("options") or {})),
             mode=mode,
-            batch_id=batch_id_value(data.get("batch_id")),
+            batch_id=batch_id,
             expectations=list(expectations),
             spark=spark,
             compact=CompactConfig.from_dict(data.get("compact")),
             index_on_write=_index_on_write(data.get("index")),
+            logical_date=date,
         )
 
 

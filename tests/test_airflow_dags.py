@@ -345,6 +345,76 @@ def test_ingest_dag_with_a_non_ascii_config_name_publishes_once(airflow_env, tmp
     assert log_text.count('"skipped": true') == 1 and log_text.count('"skipped": false') == 1
 
 
+_DAG_COMMAND = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from types import SimpleNamespace
+import pendulum
+import lancepart_ingest
+config, date = sys.argv[2], sys.argv[3]
+context = {"params": {"config": config, "batch_id": None}, "dag_run": SimpleNamespace(conf={"config": config}),
+           "logical_date": pendulum.parse(date), "run_id": "manual__" + date}
+command, env = lancepart_ingest.ingest_command(context)
+print(json.dumps({"command": command, "env": env}))
+"""
+
+
+def _dag_task(env: dict[str, str], tmp_path: Path, config: Path, logical_date: str) -> dict:
+    """The ingest task for ``logical_date`` as the DAG runs it: its own ``ingest_command`` builds
+    the command and the run's environment (in a process with the Airflow environment), then the
+    command runs with ``bash`` in the project directory, as ``LancepartCommand`` runs it."""
+    built = subprocess.run([sys.executable, "-c", _DAG_COMMAND, str(DAGS), str(config), logical_date],
+                           env={**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2]"}, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    task = json.loads(built.stdout.strip().splitlines()[-1])
+    job_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "AIRFLOW")) and k != "LANCE_LOG"}
+    job_env.update(task["env"], LANCEPART_PYTHON=sys.executable)
+    proc = subprocess.run(["bash", "-c", task["command"]], cwd=REPO, env=job_env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.spark
+def test_demo_then_a_dag_run_for_its_date_publishes_once(airflow_env, spark, tmp_path):
+    """Issue item 9: ``make demo`` (the ingest job with configs/demo.yaml) and then the ingest DAG
+    for the demo's date published the rows twice: the DAG's id ``lancepart_ingest:<config>:<date>``
+    replaced the config's ``demo-2025-12-01``. Now the config's ``batch_id: demo-{logical_date}``
+    is rendered by the job with the config's ``logical_date`` and by the DAG with the run's date:
+    one id, and the DAG's run is skipped. A literal ``batch_id`` stays that id in a DAG run for
+    another date."""
+    from lancepart.config import JobConfig
+    from lancepart.job_runner import run_ingest
+    from tests.test_batch_ids import published_rows
+
+    env, _ = airflow_env
+    root = tmp_path / "ns"
+    cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    assert cfg["batch_id"] == "demo-{logical_date}"
+    cfg["namespace"]["root"] = str(root)
+    cfg["namespace"]["spec"]["fields"] = cfg["namespace"]["spec"]["fields"][:1]  # event_date: few tables, fast
+    cfg["source"]["rows"] = 3_000
+    cfg["spark"]["conf"] = {"spark.sql.shuffle.partitions": "2"}
+    demo = tmp_path / "demo.yaml"
+    demo.write_text(yaml.safe_dump(cfg))
+
+    first = run_ingest(JobConfig.load(demo))  # what `make demo` runs
+    assert first["batch_id"] == "demo-2025-12-01" and first["rows_written"] == 3_000 and not first["skipped"]
+
+    run = _dag_task(env, tmp_path, demo, "2025-12-01T00:00:00+00:00")
+    assert run["skipped"] is True and run["batch_id"] == "demo-2025-12-01", run
+    assert published_rows(str(root)) == 3_000
+
+    del cfg["logical_date"]
+    cfg["batch_id"] = "demo-2025-12-01"  # a literal id: the same id in a run for any date
+    literal = tmp_path / "literal.yaml"
+    literal.write_text(yaml.safe_dump(cfg))
+    run = _dag_task(env, tmp_path, literal, "2025-12-02T00:00:00+00:00")
+    assert run["skipped"] is True and run["batch_id"] == "demo-2025-12-01", run
+    assert published_rows(str(root)) == 3_000
+
+
 def _published(ns):
     from lancepart.read.snapshot import open_partition
 

@@ -106,6 +106,36 @@ def test_ambiguous_batch_ids_are_refused(tmp_path, written):
     assert "batch_id" in str(exc.value) and f'quote it: batch_id: "{written}"' in str(exc.value)
 
 
+def test_batch_id_template_is_rendered_with_the_logical_date(tmp_path):
+    """Issue item 9: one rule for a batch id. ``{logical_date}`` in ``batch_id`` is the config's own
+    ``logical_date`` (YYYY-MM-DD), or the run's date when one is given (the Airflow DAG passes
+    the run's logical date); a batch id without a placeholder is that id wherever it runs."""
+    template = _write(tmp_path, "namespace: {root: /x}\nlogical_date: 2025-12-01\nbatch_id: demo-{logical_date}\n")
+    assert JobConfig.load(template).batch_id == "demo-2025-12-01"
+    assert JobConfig.load(template, logical_date="2025-12-02").batch_id == "demo-2025-12-02"
+    literal = tmp_path / "literal.yaml"
+    literal.write_text("namespace: {root: /x}\nbatch_id: demo-2025-12-01\n")
+    assert JobConfig.load(literal, logical_date="2025-12-02").batch_id == "demo-2025-12-01"
+    other_braces = {"namespace": {"root": "/x"}, "batch_id": "a{1}b{"}  # not a placeholder: literal text
+    assert JobConfig.from_dict(other_braces, logical_date="2025-12-02").batch_id == "a{1}b{"
+    shipped = JobConfig.load(REPO / "configs" / "demo.yaml")
+    assert shipped.batch_id == "demo-2025-12-01"  # what `make demo` has always published
+
+
+@pytest.mark.parametrize(("data", "run_date", "message"), [
+    ({"batch_id": "x-{day}", "logical_date": "2025-12-01"}, None, "unknown placeholder(s) {day}"),
+    ({"batch_id": "x-{logical_date}-{run_id}"}, "2025-12-01", "unknown placeholder(s) {run_id}"),
+    ({"batch_id": "x-{logical_date}"}, None, "no logical date is given"),
+    ({"batch_id": "x-{logical_date}", "logical_date": "12/01/2025"}, None, "logical_date must be a date YYYY-MM-DD"),
+    ({"batch_id": "x", "logical_date": "2025-13-01"}, None, "logical_date must be a date YYYY-MM-DD"),
+    ({"batch_id": "x-{logical_date}"}, "2025-12-01T00:00:00", "the run's logical date must be a date"),
+])
+def test_bad_batch_id_templates_are_refused(data, run_date, message):
+    with pytest.raises(ConfigError) as exc:
+        JobConfig.from_dict({"namespace": {"root": "/x"}, **data}, logical_date=run_date)
+    assert message in str(exc.value)
+
+
 def test_batch_id_from_python_values():
     import datetime as dt
 

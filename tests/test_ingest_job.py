@@ -69,7 +69,7 @@ def test_spark_submit_wrapper_runs_the_job(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert summary["rows_written"] == 20_000 and summary["partitions_touched"] == 140
-    assert summary["batch_id"] == cfg["batch_id"]
+    assert summary["batch_id"] == "demo-2025-12-01"  # demo-{logical_date} with the config's logical_date
     # issue 12 item 5: no Lance "No existing dataset ..., it will be created" warning per fragment
     assert "No existing dataset" not in proc.stderr, proc.stderr[-2000:]
     # every phase is timed, the quality gate's too
@@ -93,7 +93,7 @@ def test_a_rerun_of_a_published_batch_does_not_start_spark(spark, tmp_path):
 
     summary, probe = run_job_probe("ingest", "--config", str(path))
     assert probe == {"exit": 0, "spark_context": False, "jvm": False}, (probe, summary)
-    assert summary["skipped"] is True and summary["batch_id"] == cfg["batch_id"]
+    assert summary["skipped"] is True and summary["batch_id"] == first["batch_id"] == "demo-2025-12-01"
     assert summary["manifest_version"] == first["manifest_version"] and summary["rows_written"] == 0
     assert summary["namespace_created"] is False and summary["spec_id"] == first["spec_id"]
     assert summary["details"]["batch_id_published_in"] == first["manifest_version"]
