@@ -34,6 +34,7 @@ Decisions DataFusion forced (all checked against datafusion 55, see tests/test_d
 from __future__ import annotations
 
 import functools
+import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -397,6 +398,14 @@ def _prepare(expression: str, schema: pa.Schema) -> _Prepared:
     finally:
         ctx.deregister_table(_TABLE)
     return _Prepared(expression, schema, ctx, sql, output_type)
+
+
+def _after_fork_in_child() -> None:
+    _prepare.cache_clear()  # each holds a lock another thread of the parent may have held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _short(e: BaseException) -> str:

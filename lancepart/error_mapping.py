@@ -69,7 +69,7 @@ from lancepart.errors import (
     StorageUnavailableError,
     without_source_locations,
 )
-from lancepart.lance_io import one_open_per_version, open_table
+from lancepart.lance_io import one_open_per_version, open_table, refuse_if_forked
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -461,10 +461,12 @@ def operation_errors(operation: str, root: str | None, *, publishes: bool = True
                      outcome: str | None = None) -> Iterator[None]:
     """Around one public operation: an error escaping it becomes :func:`operation_error`'s typed
     error (raised from the original). Nested operations share the outermost one's record of
-    commits.
+    commits. In a process forked after Lance ran in its parent it raises
+    :class:`~lancepart.errors.ForkedProcessError` before anything runs.
 
     >>> # with operation_errors("merge", ns.root): ...
     """
+    refuse_if_forked()  # before anything of it runs: in such a child Lance would hang or crash
     token = _COMMITS.set([]) if _COMMITS.get() is None else None
     try:
         with one_open_per_version():

@@ -189,6 +189,15 @@ class SparkJobFailedError(LancepartError):
     error."""
 
 
+class ForkedProcessError(LancepartError, RuntimeError):
+    """This process was forked (``os.fork``; multiprocessing's 'fork' start method, the default on
+    Linux; a pre-forking server or executor) from a process in which Lance had already started its
+    runtime. That runtime's threads stay in the parent, so a Lance call here would hang or crash:
+    lancepart refuses it at once. The message names both processes and the fix: start such
+    processes with the 'spawn' (or 'forkserver') start method, or fork before the parent first
+    uses lancepart."""
+
+
 class EngineError(LancepartError):
     """Lance, Arrow or the operating system failed in a way no more specific error describes.
     The message names the operation and the root (the table or file when known) and says

@@ -37,6 +37,15 @@ _counts: dict[str, int] = {}
 _lock = threading.Lock()  # table commits reach their checkpoint from several threads
 
 
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class InjectedFault(LancepartError):
     """Raised by a ``raise`` fault; never raised in production."""
 

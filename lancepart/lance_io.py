@@ -10,6 +10,16 @@ manifest file, a data file), so sharing them across operations and threads is sa
 latest version of a table is still looked up on every open without a version.
 
 Everything here is a thin veneer over pylance: the same arguments, plus ``session=``.
+
+After a fork the child starts with no session and a new lock (``os.register_at_fork``), and no
+dataset an operation of the parent opened is handed out in it. What no reset can repair is
+Lance's own runtime: Lance runs its I/O on a Tokio runtime made once per process, and a fork
+copies only the thread that forked, not the runtime's threads (Tokio does not support a fork once
+its runtime has started). A child forked after Lance ran in its parent therefore hung or crashed
+in its first Lance call, plain pylance too; lancepart refuses such a child's operations at once
+with :class:`~lancepart.errors.ForkedProcessError` naming the fix (the 'spawn' start method). A
+child forked before its parent used Lance starts its own runtime and works (docs/object-storage.md
+"Processes that fork").
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from lancepart.errors import ForkedProcessError
+
 # the metadata cache is what a shared session is for (manifests, file footers); the index
 # cache only matters to reads with a vector or scalar index, which bring their own budget
 _METADATA_CACHE_BYTES = int(os.environ.get("LANCEPART_METADATA_CACHE_BYTES", str(256 << 20)))
@@ -38,17 +50,82 @@ _lock = threading.Lock()
 _session: lance.Session | None = None
 _pid = 0
 
+# Lance's runtime threads are named "lance_background_thread"; the kernel keeps 15 characters
+_RUNTIME_THREAD = b"lance_backgroun"
+_forking_from: int | None = None  # set just before a fork: this process, when Lance's runtime runs in it
+_forked_from: int | None = None  # in a child forked after Lance's runtime started: the parent's pid
+
 
 def session() -> lance.Session:
-    """This process's Lance session (a new one in a forked child: Spark's Python workers fork)."""
+    """This process's Lance session (a new one in a forked child: Spark's Python workers fork);
+    :class:`ForkedProcessError` in a child forked after Lance's runtime had started in its parent."""
     global _session, _pid
     if _session is None or _pid != os.getpid():
+        refuse_if_forked()
         with _lock:
             if _session is None or _pid != os.getpid():
                 _session = lance.Session(index_cache_size_bytes=_INDEX_CACHE_BYTES,
                                          metadata_cache_size_bytes=_METADATA_CACHE_BYTES)
                 _pid = os.getpid()
     return _session
+
+
+def lance_runtime_started() -> bool:
+    """Whether Lance's runtime runs in this process: one of its threads is alive (read from
+    ``/proc/self/task``); where there is no ``/proc``, whether lancepart has made its session."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return _session is not None
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "rb") as f:
+                if f.read().startswith(_RUNTIME_THREAD):
+                    return True
+        except OSError:  # the thread ended meanwhile
+            continue
+    return False
+
+
+def refuse_if_forked() -> None:
+    """Raise :class:`ForkedProcessError` in a process forked after Lance's runtime had started in
+    its parent (or in a process forked from such a child): a Lance call there would hang or crash.
+
+    >>> refuse_if_forked()  # this process was not forked from one that ran Lance
+    """
+    if _forked_from is not None:
+        raise ForkedProcessError(
+            f"this process (pid {os.getpid()}) was forked from process {_forked_from} after Lance had started its "
+            "runtime there; that runtime's threads do not survive a fork, so Lance calls here would hang or crash. "
+            "Start the process with the 'spawn' start method instead (multiprocessing.get_context('spawn'), or "
+            "'forkserver'), or fork before the parent first uses lancepart")
+
+
+def _before_fork() -> None:
+    global _forking_from
+    _forking_from = os.getpid() if _forked_from is None and lance_runtime_started() else None
+
+
+def _after_fork_in_parent() -> None:
+    global _forking_from
+    _forking_from = None
+
+
+def _after_fork_in_child() -> None:
+    """The child's own session and lock (the parent's lock may have been held by another of its
+    threads, which the child does not have); whether Lance can run here at all."""
+    global _lock, _session, _pid, _forked_from, _forking_from
+    _lock = threading.Lock()
+    _session, _pid = None, 0
+    _opened.set(None)  # datasets opened by an operation of the parent, on its session
+    if _forked_from is None:
+        _forked_from = _forking_from
+    _forking_from = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def _so(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -4,11 +4,14 @@ Rust without the GIL)."""
 from __future__ import annotations
 
 import contextvars
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+from lancepart.errors import ForkedProcessError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,7 +52,9 @@ def stream_in_order(produce: Callable[[T], Iterable[R]], items: Iterable[T], *, 
     slow first requests of the next items (opening a table on an object store) overlap the
     current one. Order is kept; the first error is raised in the consumer's thread. Closing the
     generator early stops the producers at their next element. Each producer runs in a copy of
-    the caller's :mod:`contextvars` context.
+    the caller's :mod:`contextvars` context. The producers are threads of the process that
+    started the stream: read on in a forked child, it raises :class:`ForkedProcessError` instead
+    of waiting for them.
 
     >>> list(stream_in_order(lambda n: range(n), [1, 2, 3]))
     [0, 0, 1, 0, 1, 2]
@@ -83,6 +88,7 @@ def stream_in_order(produce: Callable[[T], Iterable[R]], items: Iterable[T], *, 
     pool = ThreadPoolExecutor(max_workers=min(window, len(items)))
     queues: dict[int, queue.Queue] = {}
     started = 0
+    pid = os.getpid()
     try:
         for i in range(len(items)):
             while started < min(len(items), i + window):  # keep `window` items in flight
@@ -92,6 +98,11 @@ def stream_in_order(produce: Callable[[T], Iterable[R]], items: Iterable[T], *, 
                 started += 1
             q = queues.pop(i)
             while True:
+                if os.getpid() != pid:  # forked while the stream was read: its producers stayed behind
+                    raise ForkedProcessError(
+                        f"a stream started in process {pid} is read on in its forked child {os.getpid()}, where "
+                        "the threads producing it do not exist: read it in the process that started it, or "
+                        "start a new read in this one")
                 out = q.get()
                 if out is _END:
                     break

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import sys
 import threading
@@ -35,6 +36,15 @@ _SECRET_KEY = re.compile(r"key|secret|token|passw|credential|signature|sas|sessi
 _MIN_SECRET = 8  # shorter values would mask ordinary words in every message
 _secrets: set[str] = set()
 _lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it (the secrets stay known)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def is_secret_option(key: str) -> bool:

@@ -14,6 +14,7 @@ says, whichever engine scans.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -89,6 +90,15 @@ def scan_table(ds: lance.LanceDataset, columns: Sequence[str] | None, scan_filte
 
 
 _contexts = threading.local()  # one DataFusion context per thread, for apply_filter
+
+
+def _after_fork_in_child() -> None:
+    global _contexts
+    _contexts = threading.local()  # the forking thread's context was made in the parent
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _filter_context() -> datafusion.SessionContext:
