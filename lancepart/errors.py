@@ -156,7 +156,9 @@ class MissingDependencyError(LancepartError, ImportError):
 
 class SnapshotExpiredError(LancepartError):
     """The ``__manifest`` version a handle read was removed (superseded, then cleaned up)
-    before the handle read its rows: refresh the handle (``ns.refresh()``) and retry."""
+    before the handle read its rows: refresh the handle (``ns.refresh()``) and retry. For the
+    change feed and the Spark streaming source: versions it was to read are gone (before it
+    was planned, or after); the message names the oldest version it reaches back to."""
 
 
 class WorkerEnvironmentError(MissingDependencyError):

@@ -31,6 +31,7 @@ STEPS = (
 # steps of other operations than a write
 OTHER_STEPS = (
     "before_schema_commit",  # update_schema: the new schema computed, its __manifest commit not yet made
+    "before_change_task",  # the change feed: a task planned, its partition tables not opened yet
 )
 WAIT_LIMIT = 120.0
 _counts: dict[str, int] = {}

@@ -161,6 +161,28 @@ def test_cleanup_cut_range_is_snapshot_expired_naming_the_oldest(tmp_path, monke
     assert ns.changes(oldest).read_all().num_rows == 0  # nothing after the latest, the only one left
 
 
+def test_feed_planned_then_cut_by_a_cleanup_is_snapshot_expired_naming_the_oldest(tmp_path, monkeypatch):
+    """issue 30 item 7: ns.changes plans from __manifest and reads as the reader is consumed. A
+    cleanup in between removed the versions it was about to read and the table versions they
+    pinned: SnapshotExpiredError naming the oldest version, as for a range cut before planning (it
+    was CorruptTableError, "partition table ... cannot be opened")."""
+    from tests.test_cleanup import later
+
+    ns = create_events_ns(str(tmp_path / "ns"))
+    ns.write(demo_events(300, seed=1))
+    first = ns.manifest_version
+    for i in range(3):
+        ns.write(demo_events(100, seed=i + 2, start_id=(i + 1) * 1_000))
+    reader = ns.changes(first)  # planned now, read below
+    ns.write(demo_events(100, seed=9, start_id=9_000))
+    later(monkeypatch)
+    ns.cleanup(older_than=timedelta(0), allow_short_retention=True)
+    oldest = min(e.version for e in PartitionedNamespace.open(ns.root).history())
+    assert oldest > first + 1
+    with pytest.raises(SnapshotExpiredError, match=f"is gone .*reaches back to version {oldest}: start from "):
+        reader.read_all()
+
+
 def test_cli_changes_prints_json_lines(history, capsys):
     root, at = history
     assert main(["changes", root, "--from", str(at["append2"]), "--to", str(at["delete"])]) == 0

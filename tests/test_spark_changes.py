@@ -7,7 +7,9 @@ snapshot), so a replayed micro-batch reads exactly the rows it read the first ti
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
+from datetime import timedelta
 
 import pyarrow as pa
 import pytest
@@ -150,3 +152,101 @@ def test_stream_source_after_a_rollback_across_a_compaction_emits_no_row_twice(s
     ns.rollback(v)
     assert drain() == [*range(300), *range(5_000, 5_040)]  # nothing emitted twice
     assert sorted(ns.refresh().to_table(columns=["id"]).column("id").to_pylist()) == list(range(300))
+
+
+def _stream_to_parquet(spark, src, out, ck, **options):
+    reader = spark.readStream.format("lancepart")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return (reader.load(src).writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
+            .trigger(availableNow=True).start())
+
+
+def _stream_error(q, timeout: float = 300) -> str:
+    """The error query ``q`` ended with. Bounded: a query still running after ``timeout`` seconds
+    is stopped and fails the test, as does one that ends without an error."""
+    try:
+        ended = q.awaitTermination(timeout)
+    except Exception as e:  # Spark's StreamingQueryException around the source's error
+        return str(e)
+    q.stop()
+    pytest.fail("the query ended without an error" if ended else f"the query still ran after {timeout} s")
+
+
+def _ids(spark, path) -> list[int]:
+    return sorted(r.id for r in spark.read.parquet(path).select("id").collect())
+
+
+def test_stream_restarted_after_a_cleanup_removed_its_checkpointed_version(spark, tmp_path, monkeypatch):
+    """issue 30 item 7: stream, stop, write more, a cleanup removes the checkpointed version, restart
+    from the checkpoint: SnapshotExpiredError (in Spark's error) naming the checkpointed version, the
+    oldest version the stream can resume from and how; doing what it says streams the next rows."""
+    from tests.test_cleanup import later
+
+    src, ck = str(tmp_path / "src"), str(tmp_path / "ck")
+    ns = create_events_ns(src)
+    ns.write(demo_events(300, seed=1))
+    q = _stream_to_parquet(spark, src, str(tmp_path / "out"), ck)
+    q.awaitTermination(300)
+    assert q.exception() is None and _ids(spark, str(tmp_path / "out")) == list(range(300))
+    checkpointed = ns.manifest_version
+    for i in range(3):
+        ns.write(demo_events(100, seed=i + 2, start_id=(i + 1) * 1_000))
+    later(monkeypatch)
+    ns.cleanup(older_than=timedelta(0), allow_short_retention=True)
+    oldest = min(e.version for e in PartitionedNamespace.open(src).history())
+    assert oldest > checkpointed
+
+    text = _stream_error(_stream_to_parquet(spark, src, str(tmp_path / "out"), ck))
+    assert "SnapshotExpiredError" in text and "CorruptTableError" not in text, text[-3000:]
+    assert f"__manifest version {checkpointed} is gone" in text and f"reaches back to version {oldest}" in text
+    assert f"can resume from version {oldest} at the earliest" in text and f"startingVersion={oldest + 1}" in text
+
+    ns.refresh().write(demo_events(50, seed=7, start_id=7_000))
+    q = _stream_to_parquet(spark, src, str(tmp_path / "out2"), str(tmp_path / "ck2"), startingVersion=oldest + 1)
+    q.awaitTermination(300)
+    assert q.exception() is None and _ids(spark, str(tmp_path / "out2")) == list(range(7_000, 7_050))
+
+
+def test_stream_micro_batch_cut_by_a_cleanup_while_it_reads_is_snapshot_expired(spark, tmp_path, monkeypatch):
+    """issue 30 item 7: the restarted query planned its micro-batch from __manifest; before the
+    executors read it (held at the fault step before_change_task) a cleanup removed those versions
+    and the table versions they pinned. The query fails with SnapshotExpiredError naming the oldest
+    version it can resume from (it was CorruptTableError, "partition table ... cannot be opened")."""
+    from lancepart.spark.datasource import LancepartDataSource
+    from tests.test_cleanup import later
+
+    src, ck, out = str(tmp_path / "src"), str(tmp_path / "ck"), str(tmp_path / "out")
+    ns = create_events_ns(src)
+    ns.write(demo_events(300, seed=1))
+    q = _stream_to_parquet(spark, src, out, ck)
+    q.awaitTermination(300)
+    assert q.exception() is None
+    for i in range(3):
+        ns.write(demo_events(100, seed=i + 2, start_id=(i + 1) * 1_000))
+    gate = tmp_path / "gate"
+    env = spark.sparkContext.environment
+    env["LANCEPART_FAULT"] = f"before_change_task:wait:{gate}"
+    spark.dataSource.register(LancepartDataSource)  # its Python workers get the environment of now
+    q = None
+    try:
+        q = _stream_to_parquet(spark, src, out, ck)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(f"{gate}.reached") and q.isActive and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert os.path.exists(f"{gate}.reached"), f"no task reached the fault step: {q.exception()}"
+        ns.write(demo_events(50, seed=9, start_id=9_000))
+        later(monkeypatch)
+        ns.cleanup(older_than=timedelta(0), allow_short_retention=True)
+        oldest = min(e.version for e in PartitionedNamespace.open(src).history())
+        gate.touch()
+        text = _stream_error(q)
+    finally:
+        gate.touch()
+        env.pop("LANCEPART_FAULT", None)
+        spark.dataSource.register(LancepartDataSource)
+        if q is not None:
+            q.stop()
+    assert "SnapshotExpiredError" in text and "CorruptTableError" not in text, text[-3000:]
+    assert "after the change feed was planned" in text and f"reaches back to version {oldest}" in text
+    assert f"can resume from version {oldest} at the earliest" in text

@@ -41,8 +41,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart import faults
 from lancepart.arguments import check_filter, check_int
-from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
+from lancepart.errors import (
+    CorruptTableError,
+    DataFilesMissingError,
+    InvalidArgumentError,
+    LancepartError,
+    SnapshotExpiredError,
+)
 from lancepart.manifest import MERGE_KEYS_PROPERTY, OPERATION_PROPERTY, Manifest, join_uri
 from lancepart.results import PartitionInfo
 
@@ -413,7 +420,42 @@ def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *,
 
 def run_task(root: str, task: ChangeTask, plan: ChangePlan, storage_options: Mapping[str, str] | None = None
              ) -> Iterator[pa.RecordBatch]:
-    """The change rows of one task, in ``plan.out_schema``."""
+    """The change rows of one task, in ``plan.out_schema``. A task is planned from ``__manifest``
+    and run later (by the reader of :func:`change_stream`, a Spark executor): when a cleanup has
+    removed the ``__manifest`` versions it reads meanwhile, and with them the table versions they
+    pinned, that is :class:`SnapshotExpiredError` naming the oldest version the change feed
+    reaches back to (as for a range already cut when it is planned), not a damaged table."""
+    faults.checkpoint("before_change_task")
+    try:
+        yield from _task_rows(root, task, plan, storage_options)
+    except (CorruptTableError, DataFilesMissingError) as e:
+        expired = _expired(root, task, storage_options)
+        if expired is None:  # the versions are there: the table itself is damaged
+            raise
+        raise expired from e
+
+
+def _expired(root: str, task: ChangeTask, storage_options: Mapping[str, str] | None) -> SnapshotExpiredError | None:
+    """:class:`SnapshotExpiredError` when a ``__manifest`` version whose pins ``task`` reads is no
+    longer retained; None when both are (or ``__manifest`` cannot tell)."""
+    from lancepart.history import retained_versions
+
+    try:
+        retained = [v for v, _ in retained_versions(Manifest(root, storage_options).dataset())]
+    except (LancepartError, OSError, ValueError):
+        return None
+    pinned_at = ([task.version - 1] if task.old is not None else []) + ([task.version] if task.new is not None else [])
+    gone = [v for v in pinned_at if v not in retained]
+    if not gone or not retained:
+        return None
+    return SnapshotExpiredError(
+        f"changes of __manifest version {task.version} of {root}: version {gone[0]} is gone (a cleanup removed it "
+        f"after the change feed was planned, with the table versions it pinned); the change feed reaches back to "
+        f"version {retained[0]}: start from version {retained[0]} or later")
+
+
+def _task_rows(root: str, task: ChangeTask, plan: ChangePlan, storage_options: Mapping[str, str] | None
+               ) -> Iterator[pa.RecordBatch]:
     from lancepart.read.snapshot import apply_filter
 
     schema, read_schema, md = plan.schema, plan.read_schema, plan.namespace_md

@@ -12,8 +12,10 @@
   is what the commits since the previous one inserted (with ``readChangeFeed``: every change, with
   the three change columns). An offset names versions only, so a micro-batch Spark replays after a
   restart reads exactly the same rows; with an exactly-once sink (the ``lancepart`` sink
-  included) each row lands once. A range a cleanup removed before the query read it fails the
-  query with :class:`SnapshotExpiredError`. Option ``filter`` prunes through ``__manifest``.
+  included) each row lands once. A range a cleanup removed before the query read it (before a
+  restart from the checkpoint, or while a micro-batch is read) fails the query with
+  :class:`SnapshotExpiredError` naming the oldest version the stream can resume from and the
+  ``startingVersion`` to resume with. Option ``filter`` prunes through ``__manifest``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from lancepart.errors import InvalidArgumentError
+from lancepart.errors import InvalidArgumentError, LancepartError, SnapshotExpiredError
 
 log = logging.getLogger("lancepart")
 
@@ -149,17 +151,39 @@ class LancepartStreamReader(DataSourceStreamReader):
         first, last = int(start["version"]), int(end["version"])
         if last <= first:
             return []
-        ns = PartitionedNamespace.open(self.root, version=last, storage_options=storage_options(self.options))
-        columns = _columns(self.schema)
-        if first == _SNAPSHOT:
-            plan = plan_changes(ns, 0, filter=self.options.get("filter"), columns=columns, snapshot_at=last)
-        else:
-            plan = plan_changes(ns, first, last, filter=self.options.get("filter"), columns=columns)
+        try:
+            ns = PartitionedNamespace.open(self.root, version=last, storage_options=storage_options(self.options))
+            columns = _columns(self.schema)
+            if first == _SNAPSHOT:
+                plan = plan_changes(ns, 0, filter=self.options.get("filter"), columns=columns, snapshot_at=last)
+            else:
+                plan = plan_changes(ns, first, last, filter=self.options.get("filter"), columns=columns)
+        except SnapshotExpiredError as e:  # the checkpointed offsets name versions a cleanup removed
+            raise self._expired(e) from e
         log.info("lancepart stream of %s: versions (%d, %d]: %d tasks", ns.root, first, last, len(plan.tasks))
         return _partitions(ns, plan, None if self.cdf else ["insert"])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from _read(partition, self.schema, self.options)
+        try:
+            yield from _read(partition, self.schema, self.options)
+        except SnapshotExpiredError as e:  # a cleanup removed the versions after the micro-batch was planned
+            raise self._expired(e) from e
+
+    def _expired(self, e: SnapshotExpiredError) -> SnapshotExpiredError:
+        """``e``, and where this stream can go on from: the oldest retained ``__manifest`` version."""
+        from lancepart.history import retained_versions
+        from lancepart.manifest import Manifest, normalize_root
+        from lancepart.spark.options import storage_options
+
+        manifest = Manifest(normalize_root(self.root), storage_options(self.options))
+        try:
+            oldest = retained_versions(manifest.dataset())[0][0]
+        except (LancepartError, OSError, ValueError, IndexError):  # the original error says enough
+            return e
+        return SnapshotExpiredError(
+            f"{e}. The stream of {self.root} can resume from version {oldest} at the earliest, without the rows of "
+            f"the versions that are gone: start it again with a new checkpointLocation and option "
+            f"startingVersion={oldest + 1}")
 
     def commit(self, end: dict) -> None:
         return None
