@@ -191,14 +191,26 @@ def test_dead_job_fragments_are_never_published(ns):
     assert ids_of(ns) == list(range(1_000)) + list(range(9_000, 10_000))  # no 5000..5999
 
 
+def wait_until_reached(go: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Until the process ``proc`` stands at its ``wait`` fault (it created ``<go>.reached``)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(go + ".reached"):
+        assert proc.poll() is None, "the writer ended before it reached its fault"
+        assert time.monotonic() < deadline, "the writer did not reach its fault in time"
+        time.sleep(0.05)
+
+
 def test_live_writer_restored_away_reapplies_its_fragments(ns):
     """§8 hazard 2b: writer A commits its tables, then stalls; writer B publishes the same
     partitions (its table commits drop A's unpublished fragments); A must notice and re-apply."""
     ns.write(demo_events(300))
-    a = run_writer(ns.root, "--start", "1000", "--rows", "2000", fault="before_manifest_commit:sleep:4", wait=False)
-    time.sleep(2.0)  # A is inside its publish by now
+    go = ns.root + ".go"
+    a = run_writer(ns.root, "--start", "1000", "--rows", "2000", fault=f"before_manifest_commit:wait:{go}",
+                   wait=False)
+    wait_until_reached(go, a)  # A committed its tables and stands before its publish (no guess of how long)
     code_b, _rb, err_b = run_writer(ns.root, "--start", "5000", "--rows", "2000")
     assert code_b == 0, err_b
+    Path(go).touch()
     code_a, ra, err_a = finish(a)
     assert code_a == 0, err_a
     assert ra["retries"] >= 1
@@ -208,10 +220,12 @@ def test_live_writer_restored_away_reapplies_its_fragments(ns):
 def test_conflict_after_retry_bound_publishes_nothing(ns):
     """§8 hazard 3: after the retry bound the writer fails with CommitConflictError and publishes nothing."""
     ns.write(demo_events(100))
+    go = ns.root + ".go"
     a = run_writer(ns.root, "--start", "1000", "--rows", "500", "--max-retries", "0",
-                   fault="before_manifest_commit:sleep:4", wait=False)
-    time.sleep(2.0)
+                   fault=f"before_manifest_commit:wait:{go}", wait=False)
+    wait_until_reached(go, a)
     assert run_writer(ns.root, "--start", "5000", "--rows", "500")[0] == 0
+    Path(go).touch()
     code, r, _ = finish(a)
     assert code == 3 and r["error"] == "CommitConflictError" and "nothing was published" in r["message"]
     assert ids_of(ns) == list(range(100)) + list(range(5_000, 5_500))
