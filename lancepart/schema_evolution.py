@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lance
@@ -280,6 +280,24 @@ def source_columns(table: pa.Schema, namespace_md: Mapping[str, str], schema: pa
     """For each namespace column of ``columns``: the table column holding its field id, or None."""
     by_id = {fid: n for n, fid in table_field_ids(table, namespace_md, schema).items()}
     return {c: by_id.get(field_id_of(schema.field(c))) for c in columns}
+
+
+def table_column(table: pa.Schema, column: str, namespace_md: Mapping[str, str] | None) -> str | None:
+    """The name namespace column ``column`` has in a partition table of schema ``table`` (None: the
+    table was written before the column existed). A table keeps its columns' names until it is
+    rewritten, so after a rename it holds the column under its old name: found by field id."""
+    if namespace_md and SCHEMA_KEY in namespace_md:
+        from lancepart.spec import schema_from_json
+
+        schema = schema_from_json(namespace_md[SCHEMA_KEY])
+        if column in schema.names:
+            return source_columns(table, namespace_md, schema, [column])[column]
+    return column if column in table.names else None
+
+
+def columns_of(namespace_md: Mapping[str, str] | None) -> Callable[[pa.Schema, str], str | None]:
+    """:func:`table_column` for the namespace of ``namespace_md`` (what index maintenance takes)."""
+    return lambda table, column: table_column(table, column, namespace_md)
 
 
 def conform(data: pa.Table, mapping: Mapping[str, str | None], target: pa.Schema) -> pa.Table:

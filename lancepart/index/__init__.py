@@ -22,7 +22,7 @@ import json
 import pickle
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -226,24 +226,10 @@ class Prepared:
 PreparedCache = dict[tuple[str, str], Prepared]
 
 
-def table_column(ds: lance.LanceDataset, column: str, namespace_md: Mapping[str, str] | None) -> str | None:
-    """The name namespace column ``column`` has in partition table ``ds`` (None: the table was
-    written before the column existed). A table keeps its columns' names until it is rewritten,
-    so after a rename it holds the column under its old name: found by field id, as reads do."""
-    if namespace_md and "schema" in namespace_md:
-        from lancepart.schema_evolution import source_columns
-        from lancepart.spec import schema_from_json
-
-        schema = schema_from_json(namespace_md["schema"])
-        if column in schema.names:
-            return source_columns(ds.schema, namespace_md, schema, [column])[column]
-    return column if column in ds.schema.names else None
-
-
 def prepare(ds: lance.LanceDataset, decl: IndexDeclaration, column: str | None = None) -> Prepared:
     """Build ``decl`` over every fragment of the version ``ds`` is open at, without committing
     it (a segment under ``_indices/`` that no version names yet). ``column``: the declared
-    column's name in this table (:func:`table_column`; default the declared name)."""
+    column's name in this table (default the declared name)."""
     column = column or decl.column
     frags = [f.fragment_id for f in ds.get_fragments()]
     fid = _field_id(ds, column)
@@ -310,9 +296,11 @@ class Maintain:
     def __init__(self, decls: Iterable[IndexDeclaration], *, build_missing: bool = True,
                  rebuild: Iterable[str] = (), base: lance.LanceDataset | None = None,
                  storage_options: Mapping[str, str] | None = None, rebuild_stale: bool = True,
-                 namespace_md: Mapping[str, str] | None = None) -> None:
+                 column_of: Callable[[pa.Schema, str], str | None] | None = None) -> None:
         self.decls = list(decls)
-        self.namespace_md = dict(namespace_md) if namespace_md else None
+        # a declared column's name in a table (a table keeps a renamed column's old name until it is
+        # rewritten: lancepart.schema_evolution.table_column finds it by field id); default: the same name
+        self.column_of = column_of or (lambda table, column: column if column in table.names else None)
         self.rebuild_stale = rebuild_stale
         self.storage_options = dict(storage_options) if storage_options else None
         self.build_missing = build_missing
@@ -322,7 +310,7 @@ class Maintain:
         out = []
         rows = None
         for d in self.decls:
-            if table_column(ds, d.column, self.namespace_md) is None:
+            if self.column_of(ds.schema, d.column) is None:
                 continue  # written before the column existed: nothing to index
             state = index_state(ds, d)
             if d.name in self.rebuild and state != "missing" and _uuids(ds, d.name) == self.rebuild[d.name]:
@@ -345,7 +333,7 @@ class Maintain:
         rebuild) unless ``prepared`` holds a build of it worth using there."""
         for d, state in self.todo(published):
             key = (published.uri, d.name)
-            column = table_column(published, d.column, self.namespace_md)
+            column = self.column_of(published.schema, d.column)
             if state != "partial" and not (key in prepared and prepared[key].worth_using(published, d, column)):
                 prepared[key] = prepare(published, d, column)
 
@@ -356,7 +344,7 @@ class Maintain:
         for d, state in self.todo(ds):
             if state != "partial":
                 prep = prepared.get((ds.uri, d.name))
-                column = table_column(ds, d.column, self.namespace_md)
+                column = self.column_of(ds.schema, d.column)
                 if prep is None or not prep.worth_using(ds, d, column):
                     prep = prepared[(ds.uri, d.name)] = prepare(ds, d, column)
                 ds = commit_prepared(ds, d, prep, self.storage_options)

@@ -52,6 +52,7 @@ from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
 from lancepart.results import CommitResult, PartitionInfo
+from lancepart.schema_evolution import columns_of
 from lancepart.table_commit import _ident, commit_table
 from lancepart.write.publish import LeaveOut, Made, TableChange, publish_changes
 
@@ -361,7 +362,7 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
             keep_fragment_ids(rw, open_table(uri, version=version, storage_options=manifest.storage_options))
             try:
                 version = apply_on_exact(uri, version, Maintain(decls, storage_options=manifest.storage_options,
-                                                                namespace_md=namespace_md),
+                                                                column_of=columns_of(namespace_md)),
                                          manifest.storage_options, f"partition table {location} (index)",
                                          prepared=prepared)
             except (OSError, ValueError, RuntimeError, CommitConflictError) as e:

@@ -39,7 +39,7 @@ from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY
+from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY, columns_of
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
 if TYPE_CHECKING:
@@ -77,7 +77,8 @@ def index_table(root: str, object_id: str, location: str, base: int, op_json: st
     else:
         decls = [IndexDeclaration(d["name"], d["column"], d["index_type"], d["params"], d["min_rows"])
                  for d in spec["decls"]]
-        op = Maintain(decls, rebuild=spec["rebuild"], storage_options=so, namespace_md=spec.get("namespace_md"),
+        op = Maintain(decls, rebuild=spec["rebuild"], storage_options=so,
+                      column_of=columns_of(spec.get("namespace_md")),
                       base=open_table(uri, version=base, storage_options=so) if spec["rebuild"] else None)
     return apply_on_exact(uri, base, op, so, f"partition table {location} (index)", prepared=prepared)
 

@@ -292,13 +292,13 @@ def resolve_metric(column: str, infos: Sequence[PartitionInfo], datasets: Sequen
     indexes on ``column`` (they must agree), else ``l2``. A table whose index uses another
     metric than the one passed is searched flat by Lance (exact, slower). ``namespace_md`` (the
     root properties) finds the column in a table that holds it under an older name."""
-    from lancepart.index import table_column
+    from lancepart.schema_evolution import table_column
 
     if requested is not None:
         return requested
     found: dict[str, list[str]] = {}
     for info, ds in zip(infos, datasets, strict=True):
-        name = None if ds is None else table_column(ds, column, namespace_md)
+        name = None if ds is None else table_column(ds.schema, column, namespace_md)
         m = None if name is None else _index_metric(ds, name)
         if m is not None:
             found.setdefault(m, []).append(info.object_id)

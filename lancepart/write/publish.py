@@ -54,6 +54,7 @@ from lancepart.manifest import (
 )
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.schema_evolution import columns_of
 from lancepart.table_commit import commit_table
 from lancepart.write import batches
 from lancepart.write.guard import check_files_present, commit_on_published
@@ -427,7 +428,7 @@ def index_or_warn(manifest: Manifest, object_id: str, location: str, version: in
     try:
         return apply_on_exact(join_uri(manifest.root, location), version,
                               Maintain(decls, storage_options=manifest.storage_options, rebuild_stale=False,
-                                       namespace_md=namespace_md),
+                                       column_of=columns_of(namespace_md)),
                               manifest.storage_options,
                               f"partition table {location} (index)", prepared=prepared)
     except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
