@@ -30,6 +30,23 @@ def child_env(fault: str | None = None) -> dict[str, str]:
     return env
 
 
+def wait_until_reached(go: str, proc=None, timeout: float = 120.0) -> None:
+    """Until a ``<step>:wait:<go>`` fault stands at its step (it created ``<go>.reached``);
+    ``proc`` (a Popen or a Thread), when given, must not end before it gets there."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(str(go) + ".reached"):
+        if proc is not None:
+            ended = proc.poll() is not None if hasattr(proc, "poll") else not proc.is_alive()
+            assert not ended, "the process ended before it reached its fault"
+        assert time.monotonic() < deadline, "the process did not reach its fault in time"
+        time.sleep(0.05)
+
+
+def release(go: str) -> None:
+    """Let a process standing at its ``wait:<go>`` fault go on."""
+    Path(go).touch()
+
+
 def run_cli(*args: str, fault: str | None = None) -> subprocess.Popen:
     """``lancepart ARGS --json -q`` in a child process (stdout: the JSON result)."""
     code = "import sys; from lancepart.cli import main; sys.exit(main(sys.argv[1:]))"

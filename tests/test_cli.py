@@ -22,6 +22,7 @@ import pytest
 from lancepart.cli import EXIT_LANCEPART, EXIT_OK, EXIT_RETRY, EXIT_USAGE, format_duration, parse_duration
 from lancepart.sample import demo_events
 from tests.conftest import EVENTS_SPEC, expected_keys
+from tests.procs import release, wait_until_reached
 
 _SCRIPT = Path(sys.executable).with_name("lancepart")
 LANCEPART = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "lancepart.cli"]
@@ -264,11 +265,19 @@ def test_commit_conflict_exits_75(made, tmp_path):
     pq.write_table(data, tmp_path / "a.parquet")
     lp("ingest", root, str(tmp_path / "a.parquet"), "-q")  # the partitions exist, so no reservation races
     env = {k: v for k, v in os.environ.items() if not k.startswith("LANCEPART_")}
-    env["LANCEPART_FAULT"] = "before_manifest_commit:sleep:6"  # both hold their snapshot while the other starts
+    go = [str(tmp_path / f"go{i}") for i in range(2)]
     procs = [subprocess.Popen([*LANCEPART, "--json", "ingest", root, str(tmp_path / "a.parquet"), "--max-retries",
                                "0", "--batch-id", f"b{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for i in range(2)]
-    results = [(p.wait(timeout=300), p.stdout.read()) for p in procs]
+                              text=True, env={**env, "LANCEPART_FAULT": f"before_manifest_commit:wait:{go[i]}"})
+             for i in range(2)]
+    for g, p in zip(go, procs, strict=True):
+        wait_until_reached(g, p)  # both committed their tables on the same snapshot and stand before publishing
+    for g in go:
+        release(g)
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        results.append((p.returncode, out))
     assert sorted(code for code, _ in results) == [EXIT_OK, EXIT_RETRY], results
     loser = json.loads(next(out for code, out in results if code == EXIT_RETRY))
     assert loser["error"] == "CommitConflictError" and "retryable" in loser["message"]

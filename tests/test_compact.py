@@ -27,6 +27,7 @@ from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.compact import finish_compaction, plan_compaction, rewrite_table
 from lancepart.sample import demo_events
 from tests.conftest import assert_read_versions_only_increase, create_events_ns, expected_keys
+from tests.procs import release, wait_until_reached
 
 HERE = Path(__file__).resolve().parent
 APPENDS, ROWS, DAYS = 20, 200, 3  # 20 small appends into 3 days x 4 buckets = 12 partitions
@@ -238,15 +239,18 @@ def test_writer_publishing_during_compaction_loses_nothing(small, step):
     ns, old = small
     published = {p.object_id: p.read_version for p in ns.partitions()}
     on_disk = files_on_disk(ns)
-    proc = spawn("compact_proc.py", ns.root, fault=f"{step}:sleep:2")
+    go = ns.root + ".go"
+    proc = spawn("compact_proc.py", ns.root, fault=f"{step}:wait:{go}")
+    wait_until_reached(go, proc)
     if step == "after_fragments":
-        wait_for(lambda: all(now[o] - on_disk[o] for now in [files_on_disk(ns)] for o in on_disk),
+        wait_for(lambda: any(now[o] - on_disk[o] for now in [files_on_disk(ns)] for o in on_disk),
                  "the compaction's rewrite")
     else:
-        wait_for(lambda: all(v > published[o] for o, v in latest_versions(ns).items()), "its table commits")
+        assert all(v > published[o] for o, v in latest_versions(ns).items()), "its table commits"
     new = demo_events(600, seed=5, start_id=50_000, days=DAYS)
     w = ns.write(new)
     assert w.partitions_touched == 12
+    release(go)
     code, r, err = finish(proc)
     assert code == 0, err
     assert r["partitions_touched"] == 12 and r["details"]["tables_rebased"] == 12
@@ -262,12 +266,15 @@ def test_writer_holding_an_older_base_loses_nothing(small):
     re-apply its fragments on top of the compacted version (docs/design.md §8 hazard 2b)."""
     ns, old = small
     published = {p.object_id: p.read_version for p in ns.partitions()}
+    go = ns.root + ".go"
     proc = spawn("writer_proc.py", ns.root, "--start", "50000", "--rows", "600", "--days", str(DAYS),
-                 fault="before_manifest_commit:sleep:2.5")
-    wait_for(lambda: all(v > published[o] for o, v in latest_versions(ns).items()), "the writer's table commits")
+                 fault=f"before_manifest_commit:wait:{go}")
+    wait_until_reached(go, proc)
+    assert all(v > published[o] for o, v in latest_versions(ns).items()), "the writer's table commits"
     r = ns.compact()
     assert r.partitions_touched == 12 and r.details["tables_rebased"] == 0
     assert sorted_rows(ns).equals(old)  # the writer has not published yet
+    release(go)
     code, w, err = finish(proc)
     assert code == 0, err
     assert w["retries"] >= 1 and w["rows_written"] == 600

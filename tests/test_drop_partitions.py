@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import lance
@@ -26,6 +25,7 @@ from lancepart.errors import InvalidFilterError, LancepartError
 from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
 from tests.conftest import copy_ns, create_events_ns
+from tests.procs import release, wait_until_reached
 
 HERE = Path(__file__).resolve().parent
 DAY1 = "event_date = DATE '2025-12-01'"
@@ -164,14 +164,12 @@ def test_a_writer_whose_publish_comes_after_the_drop_publishes_nothing_and_its_r
     __manifest commit; the drop lands meanwhile. Its publish must not move a read_version into a
     dropped table: it fails with nothing published, and the rerun reserves fresh tables."""
     old = {p.object_id: p.location for p in ns.partitions(DAY1)}
-    proc = writer(ns.root, 80_000, fault="after_table_commits:sleep:4")
-    deadline = time.time() + 60
-    while time.time() < deadline:  # wait until its table commits exist beyond the published versions
-        if any(lance.dataset(join_uri(ns.root, loc)).version > p.read_version
-               for p in ns.partitions(DAY1) for loc in [p.location]):
-            break
-        time.sleep(0.1)
+    go = ns.root + ".go"
+    proc = writer(ns.root, 80_000, fault=f"after_table_commits:wait:{go}")
+    wait_until_reached(go, proc)  # its table commits exist beyond the published versions
+    assert any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version for p in ns.partitions(DAY1))
     ns.drop_partitions(DAY1)
+    release(go)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert "dropped" in (out + err) and "nothing was published" in (out + err)

@@ -35,6 +35,7 @@ from lancepart.errors import StorageUnavailableError
 from lancepart.manifest import COMMIT_LOCK_DIR_OPTION, Manifest, join_uri
 from lancepart.sample import demo_events
 from tests.conftest import EVENTS_SPEC, assert_read_versions_only_increase, expected_keys
+from tests.procs import release, wait_until_reached
 from tests.s3_server import ACCESS_KEY, REGION, S3Server, moto_s3
 
 HERE = Path(__file__).resolve().parent
@@ -489,21 +490,24 @@ def test_spark_job_adopts_a_concurrent_creators_tables_on_s3(spark, s3, s3_ns, m
     ns, so = s3_ns, s3.storage_options()
     data = demo_events(2_000, seed=31, start_id=50_000, days=3)
     df = spark_df(spark, data)
-    go = tmp_path / "go"
+    go, held = tmp_path / "go", str(tmp_path / "held")
     rival = run_proc(s3, "write", ns.root, "--rows", "1000", "--wait-for", str(go), wait=False)
+    done: dict = {}
 
     def release_rival():  # once executors wrote into job directories, the job's snapshot is taken
-        deadline = time.monotonic() + 120
-        while top_dirs(s3, ns.root) <= {"__manifest"} and time.monotonic() < deadline:
-            time.sleep(0.25)
-        go.touch()
+        try:
+            wait_until_reached(held)
+            go.touch()
+            done["rival"] = finish(rival)  # the rival published while the driver stands still
+        finally:
+            release(held)
 
     t = threading.Thread(target=release_rival)
     t.start()
-    monkeypatch.setenv("LANCEPART_FAULT", "after_fragments:sleep:10")  # the driver waits; the rival publishes
+    monkeypatch.setenv("LANCEPART_FAULT", f"after_fragments:wait:{held}")  # the driver waits; the rival publishes
     r = lps.write(df, ns.root, storage_options=so)
     t.join()
-    code, _, out = finish(rival)
+    code, _, out = done["rival"]
     assert code == 0, out[-2000:]
     assert r.details.get("adopted", 0) > 0, r
     parts = ns.refresh().partitions()

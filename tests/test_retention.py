@@ -30,6 +30,7 @@ from lancepart.maintenance.cleanup import (
 )
 from lancepart.manifest import join_uri
 from tests.crash_proc import BLOCK, Batch, finish, launch
+from tests.procs import release, wait_until_reached
 from tests.test_cleanup import backdate, batch, data_files, disk, later, tracked, versions
 
 ZERO = timedelta(0)
@@ -190,14 +191,16 @@ def test_version_a_write_is_about_to_publish_survives_zero_retention(ns):
     b1, b2 = batch(1, days=1), batch(2, days=1)
     ns.write(b1.table(), batch_id="b1")
     parts = ns.partitions()
-    proc = launch(ns.root, [b2.op(fault="before_manifest_commit:sleep:4")])
-    _wait_for(lambda: all(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version for p in parts))
-    time.sleep(0.5)  # past its file check: sleeping before the __manifest commit
+    go = ns.root + ".go"
+    proc = launch(ns.root, [b2.op(fault=f"before_manifest_commit:wait:{go}")])
+    wait_until_reached(go, proc)  # past its file check: standing before the __manifest commit
+    assert all(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version for p in parts)
     uri = join_uri(ns.root, parts[0].location)
     theirs = lance.dataset(uri).version
     lance.write_dataset(lance.dataset(uri, version=parts[0].read_version).to_table().slice(0, 0), uri, mode="append")
     cleanup(ns.root, ZERO, allow_short_retention=True)
     assert theirs in versions(uri)
+    release(go)
     code, records, err = finish(proc)
     assert code == 0 and len(records) == 1 and "error" not in records[0], (records, err[-3000:])
     want = sorted(i for b in (b1, b2) for i in range(b.start, b.start + b.rows))
@@ -222,9 +225,10 @@ def test_fragments_a_concurrent_commit_dropped_survive_zero_retention_until_thei
     ns.write(b1.table(), batch_id="b1")
     parts = ns.partitions()
     before = {p.location: data_files(join_uri(ns.root, p.location)) for p in parts}
-    proc = launch(ns.root, [b2.op(fault=f"{pause}:sleep:4")])
-    _wait_for(lambda: all(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version for p in parts))
-    time.sleep(0.5)  # past its table commits (and file check): paused
+    go = ns.root + ".go"
+    proc = launch(ns.root, [b2.op(fault=f"{pause}:wait:{go}")])
+    wait_until_reached(go, proc)  # past its table commits (and file check): paused
+    assert all(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version for p in parts)
     theirs = {p.location: data_files(join_uri(ns.root, p.location)) - before[p.location] for p in parts}
     assert all(theirs.values())
     ns.write(b3.table(), batch_id="b3")  # drops the paused writer's fragments from every table
@@ -233,6 +237,7 @@ def test_fragments_a_concurrent_commit_dropped_survive_zero_retention_until_thei
     cleanup(ns.root, ZERO, allow_short_retention=True)
     for loc, files in theirs.items():
         assert files <= data_files(join_uri(ns.root, loc)), loc
+    release(go)
     code, records, err = finish(proc)
     assert code == 0 and len(records) == 1 and "error" not in records[0], (records, err[-3000:])
     want = sorted(i for b in (b1, b2, b3) for i in range(b.start, b.start + b.rows))
@@ -288,15 +293,16 @@ def test_commit_rebases_when_cleanup_removed_its_manifest_base(ns):
     ns.write(b1.table(), batch_id="b1")
     base = ns.manifest_version
     slow = batch(2, days=1)  # the partitions of b1
-    proc = launch(ns.root, [slow.op(fault="before_manifest_commit:sleep:3")])
-    _wait_for(lambda: any(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version
-                          for p in ns.partitions()))
+    go = ns.root + ".go"
+    proc = launch(ns.root, [slow.op(fault=f"before_manifest_commit:wait:{go}")])
+    wait_until_reached(go, proc)
     other = Batch("other", 7 * BLOCK, 100, seed=9, days=1)  # another day: other partitions
     other_table = other.table()
     other_table = other_table.set_column(1, "event_date", pa_shift_days(other_table.column("event_date"), 30))
     ns.write(other_table, batch_id="other")
     stats = cleanup(ns.root, ZERO, allow_short_retention=True)
     assert f"__manifest@v{base}" in stats.removed
+    release(go)
     code, records, err = finish(proc)
     assert code == 0 and len(records) == 1 and "error" not in records[0], (records, err[-3000:])
     assert records[0]["result"]["retries"] >= 1

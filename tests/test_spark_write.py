@@ -5,7 +5,6 @@ published snapshot is read back with Lance at every table's read_version."""
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 
 import lance
@@ -18,6 +17,7 @@ from lancepart import spark as lps
 from lancepart.sample import demo_events
 from lancepart.spark.sample import generated_events
 from tests.conftest import expected_keys
+from tests.procs import release, wait_until_reached
 
 pytestmark = pytest.mark.spark
 
@@ -119,14 +119,19 @@ def test_concurrent_creator_wins_and_spark_job_adopts_its_tables(spark, ns, monk
 
     data = demo_events(3_000, seed=31, start_id=50_000)
     df = to_df(spark, data)
-    monkeypatch.setenv("LANCEPART_FAULT", "after_fragments:sleep:6")  # read by the driver only
+    go = ns.root + ".go"
+    monkeypatch.setenv("LANCEPART_FAULT", f"after_fragments:wait:{go}")  # read by the driver only
     other: dict = {}
 
     def rival():
-        time.sleep(1.0)
-        env = {k: v for k, v in os.environ.items() if k != "LANCEPART_FAULT"}
-        other["proc"] = subprocess.run([sys.executable, str(Path(__file__).with_name("writer_proc.py")), ns.root,
-                                        "--start", "0", "--rows", "2000"], env=env, capture_output=True, text=True)
+        try:
+            wait_until_reached(go)  # the executors wrote the job's tables; the driver stands still
+            env = {k: v for k, v in os.environ.items() if k != "LANCEPART_FAULT"}
+            other["proc"] = subprocess.run([sys.executable, str(Path(__file__).with_name("writer_proc.py")),
+                                            ns.root, "--start", "0", "--rows", "2000"], env=env, capture_output=True,
+                                           text=True)
+        finally:
+            release(go)
 
     t = threading.Thread(target=rival)
     t.start()

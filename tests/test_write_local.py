@@ -22,6 +22,7 @@ from lancepart.errors import InvalidArgumentError
 from lancepart.faults import InjectedFault
 from lancepart.sample import demo_events
 from tests.conftest import assert_read_versions_only_increase, expected_keys
+from tests.procs import release, wait_until_reached
 
 HERE = Path(__file__).resolve().parent
 def published_counts(ns: PartitionedNamespace) -> Counter:
@@ -191,15 +192,6 @@ def test_dead_job_fragments_are_never_published(ns):
     assert ids_of(ns) == list(range(1_000)) + list(range(9_000, 10_000))  # no 5000..5999
 
 
-def wait_until_reached(go: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Until the process ``proc`` stands at its ``wait`` fault (it created ``<go>.reached``)."""
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(go + ".reached"):
-        assert proc.poll() is None, "the writer ended before it reached its fault"
-        assert time.monotonic() < deadline, "the writer did not reach its fault in time"
-        time.sleep(0.05)
-
-
 def test_live_writer_restored_away_reapplies_its_fragments(ns):
     """§8 hazard 2b: writer A commits its tables, then stalls; writer B publishes the same
     partitions (its table commits drop A's unpublished fragments); A must notice and re-apply."""
@@ -257,12 +249,14 @@ def test_partition_published_first_by_another_writer_is_adopted(ns, monkeypatch)
     import threading
 
     data = demo_events(2_000, seed=7, start_id=50_000, days=3)
-    monkeypatch.setenv("LANCEPART_FAULT", "after_reserve:sleep:8")  # this process only: the rival's env drops it
+    go = ns.root + ".go"
+    monkeypatch.setenv("LANCEPART_FAULT", f"after_reserve:wait:{go}")  # this process only: the rival's env drops it
     out: dict = {}
     t = threading.Thread(target=lambda: out.update(result=ns.write(data)))
     t.start()
-    time.sleep(1.0)  # the write has looked its partitions up (all new) and sleeps
+    wait_until_reached(go, t)  # the write has looked its partitions up (all new) and stands still
     code, rival, err = run_writer(ns.root, "--start", "0", "--rows", "1000", "--days", "3")
+    release(go)
     t.join()
     assert code == 0, err
     r = out["result"]
