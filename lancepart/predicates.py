@@ -786,7 +786,8 @@ def _one_of(column: str, values: pa.Array) -> _P:
     return _por(parts)
 
 
-_IDENTIFIER = re.compile(r'"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*)')
+# a name in double quotes (SQL, DataFusion), in backticks (Spark, MySQL) or bare (any letter first)
+_IDENTIFIER = re.compile(r'"((?:[^"]|"")+)"|`((?:[^`]|``)+)`|([^\W\d]\w*)')
 
 
 def filter_columns(filter: str | None, schema: pa.Schema) -> list[str]:
@@ -795,9 +796,11 @@ def filter_columns(filter: str | None, schema: pa.Schema) -> list[str]:
     if not filter:
         return []
     tokens = set()
-    for quoted, bare in _IDENTIFIER.findall(filter):
+    for quoted, ticked, bare in _IDENTIFIER.findall(filter):
         if quoted:
             tokens.add(quoted.replace('""', '"'))
+        elif ticked:
+            tokens.add(ticked.replace("``", "`"))
         else:
             tokens.update((bare, bare.lower()))
     return [n for n in schema.names if n in tokens]

@@ -144,8 +144,23 @@ COUNTRIES = ["US", "FR", "DE", None]
 FLOATS = [0.0, -0.0, 1.5, -2.5, 3.25, None]
 INTS = [None, 0, 1, 5, 9, -3]
 TIMES = [dt.datetime(2025, 12, 1, 8), dt.datetime(2025, 12, 2, 9, 30), dt.datetime(2025, 11, 15), None]
-NEW_NAMES = ["score", "region", "note", "amount", "extra", "tag"]
-ADD_TYPES = {"int32": pa.int32(), "float32": pa.float32(), "string": pa.utf8()}
+# new and renamed columns include names a filter must quote (docs/schema-evolution.md "Names"):
+# mixed case, a space, a digit first, a reserved word, non-ASCII, a quote inside
+NEW_NAMES = ["score", "region", "note", "Amount", "my col", "select", "tag"]
+RENAME_NAMES = ["id2", "country2", "Country Two", "2nd", "ünï", "it's", "f2", "v2", "ts2"]
+RESERVED = {"select", "from", "where", "and", "or", "not", "order", "group", "table", "user", "null"}
+
+
+def qn(name: str) -> str:
+    """``name`` as a filter writes it: plain when DataFusion reads it as is, else double-quoted."""
+    import re
+
+    if re.fullmatch(r"[a-z_][a-z0-9_]*", name) and name not in RESERVED:
+        return name
+    return '"' + name.replace('"', '""') + '"'
+# a nullable struct nested in a nullable struct (Lance once panicked on such sliced arrays)
+NESTED = pa.struct([pa.field("a", pa.int32()), pa.field("b", pa.struct([pa.field("c", pa.utf8())]))])
+ADD_TYPES = {"int32": pa.int32(), "float32": pa.float32(), "string": pa.utf8(), "nested struct": NESTED}
 WIDER = {pa.int32(): pa.int64(), pa.float32(): pa.float64(), pa.utf8(): pa.large_utf8()}
 
 
@@ -168,6 +183,8 @@ def pool(col: Col) -> list:
         return INTS if col.fid == V else [None, -1, 0, 7]
     if pa.types.is_floating(t):
         return no_negative_zero([None, 0.5, -0.0, 2.0])
+    if pa.types.is_struct(t):
+        return [None, {"a": 1, "b": None}, {"a": None, "b": {"c": "x"}}, {"a": 2, "b": {"c": None}}]
     return [None, "a", "b"]
 
 
@@ -178,6 +195,8 @@ def _enc(x: Any) -> tuple:
         return (0,)
     if isinstance(x, float):
         return (1, x, math.copysign(1.0, x))
+    if isinstance(x, dict):  # a struct: its fields in order, each told apart the same way
+        return (2, tuple((k, _enc(v)) for k, v in x.items()))
     return (1, x)
 
 
@@ -199,6 +218,13 @@ def multiset_diff(got: list[tuple], want: list[tuple]) -> str:
     extra = [back[k] for k, n in (g - w).items() for _ in range(n)]
     missing = [back[k] for k, n in (w - g).items() for _ in range(n)]
     return f"published but not in the oracle: {show(extra)}; in the oracle but not published: {show(missing)}"
+
+
+def nested_fields(t: pa.DataType) -> int:
+    """How many field ids the fields nested in type ``t`` take."""
+    if pa.types.is_struct(t):
+        return sum(1 + nested_fields(t.field(i).type) for i in range(t.num_fields))
+    return 0
 
 
 def fids_of(schema: pa.Schema) -> list[int]:
@@ -307,6 +333,7 @@ class NamespaceModel(RuleBasedStateMachine):
         self.max_fid = TS
         self.specs: dict[int, tuple[str, ...]] = {1: ("country",)}
         self.schema_changed = False
+        self.renamed = False  # a column was renamed (search must read it by field id)
         self.next_id = 100
         self.batch_seq = 0
         self.used_batches: list[str] = []
@@ -410,7 +437,7 @@ class NamespaceModel(RuleBasedStateMachine):
     def draw_filter(self, data, depth: int = 0) -> str:
         choices = []
         for c in self.cols:
-            n, t = c.name, c.type
+            n, t = qn(c.name), c.type
             if c.fid == ID:
                 choices += [f"{n} % 3 = 0", f"{n} < 103", f"{n} >= 105"]
             elif c.fid == COUNTRY:
@@ -425,6 +452,8 @@ class NamespaceModel(RuleBasedStateMachine):
                 choices += [f"{n} > 0", f"{n} IS NOT NULL"]
             elif pa.types.is_floating(t):
                 choices += [f"{n} < 1.0", f"{n} IS NULL"]
+            elif pa.types.is_struct(t):
+                choices += [f"{n} IS NULL", f"{n} IS NOT NULL"]
             else:
                 choices += [f"{n} = 'a'", f"{n} IS NOT NULL"]
         choices.append("TRUE")
@@ -750,8 +779,8 @@ class NamespaceModel(RuleBasedStateMachine):
     @precondition(lambda self: self.col(COUNTRY) is not None)
     @rule(data=st.data())
     def drop_partitions(self, data) -> None:
-        n = self.name(COUNTRY)
-        filter = data.draw(st.sampled_from([f"{n} = 'US'", f"{n} IN ('FR', 'DE')", f"{n} IS NULL", f"{n} <> 'FR'"]))
+        n, q = self.name(COUNTRY), qn(self.name(COUNTRY))
+        filter = data.draw(st.sampled_from([f"{q} = 'US'", f"{q} IN ('FR', 'DE')", f"{q} IS NULL", f"{q} <> 'FR'"]))
         # identity(country) is a field of every spec: a partition goes when its value matches
         parts = sorted(self.state.keys(), key=repr)
         values = pa.table({n: pa.array([p[1][0] for p in parts], pa.utf8())})
@@ -776,7 +805,7 @@ class NamespaceModel(RuleBasedStateMachine):
         final_names = set(names)
         for kind in kinds:
             if kind == "rename":
-                free_names = [n for n in [*NEW_NAMES, "id2", "country2", "f2", "v2", "ts2"] if n not in final_names]
+                free_names = [n for n in [*NEW_NAMES, *RENAME_NAMES] if n not in final_names]
                 if not free_names:
                     continue
                 free = [c for c in self.cols if c.fid not in used]
@@ -806,6 +835,9 @@ class NamespaceModel(RuleBasedStateMachine):
             new = data.draw(st.sampled_from([n for n in NEW_NAMES if n not in final_names]))
             t = data.draw(st.sampled_from(sorted(ADD_TYPES)))
             add.append(pa.field(new, ADD_TYPES[t]))
+        made = [f.name for f in add] + list(rename.values())
+        _STATS["ops"]["names made that need quotes"] += sum(qn(n) != n for n in made)
+        _STATS["ops"]["nested structs added"] += sum(pa.types.is_struct(f.type) for f in add)
         if not (add or rename or drop or widen):
             return
         # the oracle: new columns NULL, renames keep values, drops go, widenings cast
@@ -818,6 +850,7 @@ class NamespaceModel(RuleBasedStateMachine):
         for f in add:
             top += 1
             cols.append(Col(top, f.name, f.type))
+            top += nested_fields(f.type)  # a struct's fields take the ids after its own, depth first
 
         def call():
             return self.ns.update_schema(add=add or None, rename=rename or None, drop=drop or None,
@@ -830,6 +863,7 @@ class NamespaceModel(RuleBasedStateMachine):
                           f"widen={ {k: str(v) for k, v in widen.items()} })", call, None)
         self.cols, self.max_fid = cols, top
         self.schema_changed |= bool(add or rename or widen)  # (a) does not follow a drop
+        self.renamed |= bool(rename) and result is not None
         got = [(f.name, f.type, int(f.metadata[FIELD_ID])) for f in self.ns.schema]
         want = [(c.name, c.type, c.fid) for c in self.cols]
         if got != want:
@@ -869,7 +903,7 @@ class NamespaceModel(RuleBasedStateMachine):
     def do_compact(self, data, fault: bool = False) -> None:
         filter = None
         if self.col(COUNTRY) is not None and data.draw(st.booleans(), label="compact filter"):
-            filter = f"{self.name(COUNTRY)} = 'US'"
+            filter = f"{qn(self.name(COUNTRY))} = 'US'"
         result = self.run(f"compact({filter!r})", lambda: self.ns.compact(filter, min_small_fragments=2), None,
                           fault=fault)
         if result is not None and result.failures:
@@ -931,7 +965,7 @@ class NamespaceModel(RuleBasedStateMachine):
             self.run(f"drop_index {name}", lambda: self.ns.drop_index(name), None,
                      expect=() if name in declared else (InvalidArgumentError,))
             return
-        options = [("ix_id", ID, "BTREE"), ("ix_country", COUNTRY, "BITMAP")]
+        options = [("ix_id", ID, "BTREE"), ("ix_country", COUNTRY, "BITMAP"), ("ix_country_fts", COUNTRY, "INVERTED")]
         name, fid, kind = data.draw(st.sampled_from(options))
         if self.col(fid) is None:
             return
@@ -945,6 +979,31 @@ class NamespaceModel(RuleBasedStateMachine):
                           None, expect=(InvalidArgumentError,) if differs and not replace else ())
         if result is not None:
             self.index_gaps.discard(name)
+
+    @precondition(lambda self: self.col(COUNTRY) is not None)
+    @rule()
+    def search_text(self) -> None:
+        """Full-text search on country for 'US' returns the published rows holding it, every column
+        read by field id (after a rename too), or refuses with a typed error naming a table that has
+        no INVERTED index yet (declared with a higher min_rows, or not built after a lost race)."""
+        self.steps += 1
+        _STATS["ops"]["search_text"] += 1
+        column, names = self.name(COUNTRY), [c.name for c in self.cols]
+        try:
+            got = self.ns.refresh().search_text(column, "US", k=10_000, columns=names)
+        except InvalidArgumentError as e:
+            if "has no INVERTED index" not in str(e):
+                self.fail(f"search_text on {column!r}: {e}")
+            _STATS["ops"]["search_text refused: a table without the index"] += 1
+            return
+        except Exception as e:
+            self.fail(f"search_text on {column!r}: {type(e).__name__}: {e}")
+        rows = canon([tuple(r) for r in zip(*[got.column(n).to_pylist() for n in names], strict=True)]) \
+            if got.num_rows else []
+        want = canon([tuple(r.get(c.fid) for c in self.cols) for r in self.state.rows if r.get(COUNTRY) == "US"])
+        if rows != want:
+            self.fail(f"search_text {column!r} 'US' with columns {names}: {multiset_diff(rows, want)}")
+        _STATS["ops"]["search_text answered" + (" after a rename" if self.renamed else "")] += 1
 
     @rule(op=st.sampled_from(["create_namespace", "create_table", "declare_table", "register_table"]),
           via_root=st.booleans())

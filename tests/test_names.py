@@ -67,6 +67,9 @@ def test_reads_with_quoted_names_equal_datafusion(tmp_path, src, val):
         assert sorted(i for b in ns.to_batches(filter=where) for i in b.column("id").to_pylist()) == want, where
         got = ns.sql(f"SELECT id FROM t WHERE {where}")
         assert ids(got if isinstance(got, pa.Table) else got.to_arrow_table()) == want, where
+        ticked = where.replace(quote(val), f"`{val}`").replace(quote(src), f"`{src}`")  # as a Spark user writes it
+        assert ids(ns.to_table(filter=ticked, columns=["id"])) == want, ticked
+        assert ids(ns.to_table(filter=where, columns=["id"])) == want, where
 
 
 @pytest.mark.parametrize(("src", "val"), PAIRS[:4])
@@ -105,3 +108,48 @@ def test_names_lance_cannot_filter_are_refused_at_create(tmp_path, bad):
     with pytest.raises(SchemaMismatchError, match=named):
         ns.update_schema(rename={"Status": bad})
     assert ns.refresh().schema.names == ["id", "Region", "Status"]
+
+
+@pytest.mark.parametrize(("src", "val"), PAIRS[:4])
+def test_merge_on_quoted_keys_after_a_rename_equals_the_oracle(tmp_path, src, val):
+    """Merge keyed on a renamed, quoted key and the partition source (its keys prune partitions):
+    the matched rows are replaced once, the others inserted, as a dict keyed the same way says."""
+    ns, data = make(tmp_path, src, val)
+    key = "Order ID"
+    ns.update_schema(rename={"id": key})
+    data = data.rename_columns([key, src, val])
+    upd = data.slice(0, 10).set_column(2, val, pa.array(["upd"] * 10))
+    new = rows(src, val, n=5, start=1000).rename_columns([key, src, val])
+    changes = pa.concat_tables([upd, new])
+    r = ns.merge(changes, on=[key, src])
+    assert (r.details["rows_updated"], r.details["rows_inserted"]) == (10, 5)
+    want = {(k, s): v for k, s, v in zip(*[data.column(i).to_pylist() for i in range(3)], strict=True)}
+    want.update({(k, s): v for k, s, v in zip(*[changes.column(i).to_pylist() for i in range(3)], strict=True)})
+    got = ns.to_table()
+    assert got.schema.names == [key, src, val]
+    assert sorted(zip(*[got.column(i).to_pylist() for i in range(3)], strict=True)) == sorted(
+        (k, s, v) for (k, s), v in want.items())
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("src", "val"), PAIRS[:3])
+def test_spark_filters_with_quoted_names_equal_datafusion(spark, tmp_path, src, val):
+    """The Spark ``filter`` option and ``lps.read`` take the names as a DataFusion (double quotes) or
+    Spark (backticks) user writes them; each answer equals DataFusion over the unpruned rows."""
+    from lancepart import spark as lps
+
+    ns, data = make(tmp_path, src, val)
+    lps.register(spark)
+
+    def tick(name: str) -> str:
+        return "`" + name + "`"
+
+    wheres = (lambda q: f"{q(val)} = 'old'", lambda q: f"{q(src)} = 'EU' AND {q(val)} <> 'new'",
+              lambda q: f"{q(src)} IN ('US', 'APAC')")
+    for q in (quote, tick):
+        for make_where in wheres:
+            where, want = make_where(q), ids(oracle(data, make_where(quote)))
+            assert want, where
+            df = spark.read.format("lancepart").option("filter", where).load(ns.root)
+            assert sorted(r[0] for r in df.select("id").collect()) == want, where
+            assert sorted(r[0] for r in lps.read(spark, ns.root, filter=where, columns=["id"]).collect()) == want, where
