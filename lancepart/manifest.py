@@ -346,11 +346,28 @@ def set_read_versions(rows: pa.Table, versions: Mapping[str, int]) -> pa.Table:
     return rows.set_column(j, rows.schema.field(j), pa.array(values, pa.uint64()))
 
 
+_WARNED_LOCAL_OPTIONS: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def warn_ignored_storage_options(root: str, storage_options: Mapping[str, str] | None) -> list[str]:
+    """The storage options a local ``root`` ignores (every key but lancepart's own ``lancepart_*``),
+    logged once per root and keys in a process: nothing given is silently dropped."""
+    if not storage_options or ("://" in root and not root.startswith("file://")):
+        return []
+    ignored = sorted(k for k in storage_options if not k.startswith("lancepart_"))
+    if ignored and (root, tuple(ignored)) not in _WARNED_LOCAL_OPTIONS:
+        _WARNED_LOCAL_OPTIONS.add((root, tuple(ignored)))
+        _LOG.warning("storage options %s are ignored: %s is a local path (they apply to object-store roots such "
+                     "as s3://, gs://, az://)", ", ".join(ignored), root)
+    return ignored
+
+
 class Manifest:
     """Handle on ``<root>/__manifest``."""
 
     def __init__(self, root: str, storage_options: Mapping[str, str] | None = None) -> None:
         register_secrets(storage_options)  # messages of this process never show them
+        warn_ignored_storage_options(root, storage_options)
         self.root = root
         self.uri = join_uri(root, MANIFEST_DIR)
         self.storage_options = dict(storage_options) if storage_options else None

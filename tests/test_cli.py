@@ -434,3 +434,18 @@ def test_the_readme_lists_every_command():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     missing = [name for name in sub.choices if f"\nlancepart {name} " not in readme]
     assert not missing, f"README.md does not show: {missing}"
+
+
+def test_storage_options_on_a_local_root_are_named_as_ignored(made, caplog):
+    """Lance ignores object-store options on a local path: the command says so on stderr, naming
+    the keys (never the values), and lancepart's own ``lancepart_*`` options are not named."""
+    err = lp("describe", str(made), "--no-sizes", "--storage-option", "aws_region=eu-west-1",
+             "--storage-option", "aws_secret_access_key=hunter2").stderr
+    assert "aws_region, aws_secret_access_key are ignored" in err and "local path" in err and "hunter2" not in err
+    from lancepart import PartitionedNamespace
+
+    with caplog.at_level("WARNING", logger="lancepart.manifest"):
+        PartitionedNamespace.open(str(made), storage_options={"lancepart_commit_lock_dir": str(made) + ".locks"})
+        assert "are ignored" not in caplog.text
+        PartitionedNamespace.open(str(made), storage_options={"region": "x"})
+    assert "storage options region are ignored" in caplog.text
