@@ -51,6 +51,16 @@ def test_empty_projection_keeps_the_row_count(ns, capsys):
     assert sum(out["counts"].values()) == 13, out["counts"]
 
 
+@pytest.mark.parametrize(("filter", "want"), [("TRUE", 20), ("1 = 1", 20), ("NOT FALSE", 20), ("FALSE", 0)])
+def test_empty_projection_with_a_filter_on_no_column(ns, filter, want):
+    """Found by the model test (``--stress``): a filter naming no column left nothing to read, and
+    DataFusion saw no rows in batches without columns (``to_table(filter='TRUE', columns=[])``
+    gave 0 rows of 20)."""
+    assert ns.to_table(filter=filter, columns=[]).num_rows == want
+    assert ns.to_batches(filter=filter, columns=[]).read_all().num_rows == want
+    assert ns.to_table(filter=filter, columns=["id"]).num_rows == want
+
+
 def test_empty_projection_of_an_empty_result_is_empty(ns):
     assert ns.to_table(filter="id < 0", columns=[]).num_rows == 0
     assert ns.to_table(filter="id < 0", columns=[]).schema == pa.schema([])

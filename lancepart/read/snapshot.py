@@ -114,10 +114,16 @@ def _filter_context() -> datafusion.SessionContext:
     return ctx
 
 
+_ROWS_COLUMN = "__lp_rows"
+
+
 def apply_filter(table: pa.Table, filter: str) -> pa.Table:
     """The rows of ``table`` for which ``filter`` is TRUE, evaluated by DataFusion (row order kept).
     The filter is parsed as one expression over the table's columns, never spliced into a query:
     text that is not a single expression (``TRUE UNION SELECT ...``, ``a) OR (b``) is refused."""
+    if table.num_columns == 0:  # DataFusion sees no rows in batches without columns: count them in one
+        counted = table.append_column(_ROWS_COLUMN, pa.nulls(table.num_rows, pa.int8()))
+        return apply_filter(counted, filter).drop_columns([_ROWS_COLUMN])
     ctx = _filter_context()
     ctx.register_record_batches("t", [table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]])
     try:
