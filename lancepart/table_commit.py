@@ -7,7 +7,9 @@ exactly ``published âˆª ours`` (append), ``ours`` (overwrite) or ``(published âˆ
 
 1. if a published fragment is missing from the latest version, or carries a deletion
    file the published version does not (a writer with an older base removed it, or an
-   unpublished delete touched it), commit ``Restore(published)`` first;
+   unpublished delete touched it), or the latest version's schema is not the published one
+   (an unpublished rollback restored an older schema: our fragments were written with the
+   published field ids), commit ``Restore(published)`` first;
 2. commit an ``Update`` that removes every foreign fragment and adds ours;
 3. Lance may have rebased that ``Update`` over a concurrent commit, smuggling in someone
    else's unpublished fragments; versions are immutable, so only the version we made has
@@ -49,6 +51,16 @@ def _ident(frag: FragmentMetadata) -> Ident:
     """A fragment's identity: its data files plus its deletion file, if any."""
     df = frag.deletion_file
     return frozenset(file_path(f) for f in frag.files), None if df is None else (df.read_version, df.id)
+
+
+def schema_signature(ds: lance.LanceDataset) -> tuple:
+    """A table version's columns as Lance stores them: name, field id and type of every field,
+    nested ones included (two versions with the same names and types can still differ in ids),
+    and the schema's metadata (lancepart's field-id record of the table)."""
+    def walk(fields) -> tuple:
+        return tuple((f.name(), f.id(), str(f.to_arrow().type), walk(f.children())) for f in fields)
+
+    return walk(ds.lance_schema.fields()), tuple(sorted((ds.schema.metadata or {}).items()))
 
 
 def rows_held(ds: lance.LanceDataset) -> dict[int, tuple[int | None, tuple[int, int] | None]]:
@@ -169,15 +181,23 @@ def commit_exactly(uri: str, base_version: int | None, base: set[Ident], wanted:
     not, Lance rebases the commit over the newer ones and the result is not exact, so the
     next attempt looks at the latest (one listing of ``_versions/`` saved per table)."""
     lock = commit_lock(uri, storage_options)  # None unless the store needs one (docs/object-storage.md)
+    base_schema: tuple | None = None
     for attempt in range(max_attempts):
         if attempt == 0 and published is not None and published.version == base_version:
             latest = published
         else:
             latest = open_table(uri, storage_options=storage_options)
+        schema_moved = False
+        if base_version is not None and latest.version != base_version:
+            if base_schema is None:  # opened only when the table moved beyond the base
+                base_schema = schema_signature(published if published is not None and published.version ==
+                                               base_version else open_table(uri, version=base_version,
+                                                                            storage_options=storage_options))
+            schema_moved = schema_signature(latest) != base_schema
         fragments = latest.get_fragments()
         have = {_ident(f.metadata): f.fragment_id for f in fragments}
         try:
-            if not base <= set(have):
+            if not base <= set(have) or schema_moved:
                 lance.LanceDataset.commit(latest, LanceOperation.Restore(base_version),
                                           read_version=latest.version, commit_lock=lock,
                                           commit_message=DROPS_UNPUBLISHED)

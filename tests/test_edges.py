@@ -231,3 +231,39 @@ def test_evolve_history_names_no_merge(ns):
                 "result_type": {"type": "utf8"}}])
     ops = [h.operation for h in ns.history() if h.version > v]
     assert "merge" not in ops and "add columns" in ops, ops
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "append"])
+def test_write_after_an_unpublished_rollback_keeps_the_published_schema(tmp_path, monkeypatch, mode):
+    """Found by the model test (``--stress``): a rollback to before a schema change stopped before
+    its ``__manifest`` commit left the table's latest version in the old schema (``x`` int32, no
+    ``tag``), beyond the published one. The next write's fragments carry the published field ids;
+    committing them on that version published a table whose ``x`` and ``tag`` read NULL. The
+    commit now restores the published version first when the latest one's schema differs
+    (docs/design.md §8 hazard 2): every value reads back, with plain pylance too."""
+    from lancepart import faults
+    from lancepart.faults import InjectedFault
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("part", pa.utf8()), ("x", pa.int32())])
+    spec = {"id": 1, "fields": [{"field_id": "part", "source_ids": [1], "transform": {"type": "identity"},
+                                 "result_type": {"type": "utf8"}}]}
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, spec)
+    ns.write(pa.table({"id": [1], "part": ["a"], "x": pa.array([1], pa.int32())}))
+    before = ns.manifest_version
+    ns.update_schema(add=[pa.field("tag", pa.utf8())], widen={"x": pa.int64()})
+    ns.write(pa.table({"id": [2], "part": ["a"], "x": [2], "tag": ["two"]}))
+    monkeypatch.setenv("LANCEPART_FAULT", "before_manifest_commit:raise")
+    faults._counts.clear()  # the fault fires the first time this process reaches the step
+    with pytest.raises(InjectedFault):
+        ns.rollback(before)
+    monkeypatch.delenv("LANCEPART_FAULT")
+    ns.refresh()
+    ns.write(pa.table({"id": [3], "part": ["a"], "x": [3], "tag": ["three"]}), mode=mode)
+    want = [{"id": 3, "part": "a", "x": 3, "tag": "three"}]
+    if mode == "append":
+        want = [{"id": 1, "part": "a", "x": 1, "tag": None}, {"id": 2, "part": "a", "x": 2, "tag": "two"}, *want]
+    assert ns.refresh().to_table().sort_by("id").to_pylist() == want
+    (p,) = ns.partitions()
+    plain = lance.dataset(join_uri(ns.root, p.location), version=p.read_version).to_table().sort_by("id")
+    assert plain.column("x").to_pylist() == [r["x"] for r in want]
+    assert plain.column("tag").to_pylist() == [r["tag"] for r in want]
