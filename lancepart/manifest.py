@@ -349,17 +349,16 @@ def set_read_versions(rows: pa.Table, versions: Mapping[str, int]) -> pa.Table:
 _WARNED_LOCAL_OPTIONS: set[tuple[str, tuple[str, ...]]] = set()
 
 
-def warn_ignored_storage_options(root: str, storage_options: Mapping[str, str] | None) -> list[str]:
-    """The storage options a local ``root`` ignores (every key but lancepart's own ``lancepart_*``),
-    logged once per root and keys in a process: nothing given is silently dropped."""
+def warn_ignored_storage_options(root: str, storage_options: Mapping[str, str] | None) -> None:
+    """Log the storage options a local ``root`` ignores (every key but lancepart's own
+    ``lancepart_*``), once per root and keys in a process: nothing given is silently dropped."""
     if not storage_options or ("://" in root and not root.startswith("file://")):
-        return []
+        return
     ignored = sorted(k for k in storage_options if not k.startswith("lancepart_"))
     if ignored and (root, tuple(ignored)) not in _WARNED_LOCAL_OPTIONS:
         _WARNED_LOCAL_OPTIONS.add((root, tuple(ignored)))
         _LOG.warning("storage options %s are ignored: %s is a local path (they apply to object-store roots such "
                      "as s3://, gs://, az://)", ", ".join(ignored), root)
-    return ignored
 
 
 class Manifest:

@@ -37,7 +37,8 @@ def wait_until_reached(go: str, proc=None, timeout: float = 120.0) -> None:
     while not os.path.exists(str(go) + ".reached"):
         if proc is not None:
             ended = proc.poll() is not None if hasattr(proc, "poll") else not proc.is_alive()
-            assert not ended, "the process ended before it reached its fault"
+            why = proc.communicate()[1] if ended and hasattr(proc, "communicate") else ""
+            assert not ended, f"the process ended before it reached its fault: {(why or '')[-2000:]}"
         assert time.monotonic() < deadline, "the process did not reach its fault in time"
         time.sleep(0.05)
 
@@ -80,18 +81,16 @@ def _has_unpublished_versions(ns, filter: str | None) -> bool:
 
 
 @contextmanager
-def rival_publishes_first(ns, go: str, publish: Callable[[], object], filter: str | None = None) -> Iterator[None]:
+def rival_publishes_first(go: str, publish: Callable[[], object]) -> Iterator[None]:
     """For an operation run in the body of the ``with`` in this process (Spark's driver), paused
     before its ``__manifest`` commit by ``LANCEPART_FAULT=before_manifest_commit:wait:<go>``: a
-    thread waits until it has committed a table version (of a partition ``filter`` selects), runs
+    thread waits until the operation stands there (its table versions committed), runs
     ``publish`` (a rival that publishes first), then creates ``go`` so the operation goes on."""
     errors: list[BaseException] = []
 
     def rival() -> None:
         try:
-            deadline = time.time() + 120
-            while time.time() < deadline and not _has_unpublished_versions(ns, filter):
-                time.sleep(0.05)
+            wait_until_reached(go)
             publish()
         except BaseException as e:  # reported by the main thread
             errors.append(e)

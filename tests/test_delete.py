@@ -269,7 +269,7 @@ def test_spark_delete_matches_ns_delete_and_rebases_through_spark(template, tmp_
     before = published_rows(b.root)
     go = str(tmp_path / "go")
     monkeypatch.setenv("LANCEPART_FAULT", f"before_manifest_commit:wait:{go}")
-    with rival_publishes_first(b, go, lambda: _write(b.root, 70_000), DAY1):
+    with rival_publishes_first(go, lambda: _write(b.root, 70_000)):
         result = lps.delete(spark, b.root, "id % 2 = 0")
     assert result.retries >= 1 and result.details["spark_jobs"] >= 2
     assert ids(published_rows(b.root)) == [i for i in ids(before) + list(range(70_000, 70_300)) if i % 2]

@@ -422,7 +422,7 @@ def test_spark_merge_evaluates_again_on_a_concurrent_publish(ns, spark, monkeypa
     df = to_df(spark, merged)
     go = str(tmp_path / "go")
     monkeypatch.setenv("LANCEPART_FAULT", f"before_manifest_commit:wait:{go}")
-    with rival_publishes_first(ns, go, lambda: _write(ns.root, 70_000)):
+    with rival_publishes_first(go, lambda: _write(ns.root, 70_000)):
         result = lps.merge(df, ns.root, on=["id"])
     assert result.retries >= 1 and result.details["spark_jobs"] >= 4  # match + write, twice
     assert result.details["rows_updated"] == 300 and result.details["rows_inserted"] == 0

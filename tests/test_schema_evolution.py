@@ -28,6 +28,7 @@ from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
 from lancepart.schema_evolution import MAX_FIELD_ID_KEY, TABLE_FIELD_IDS_KEY
 from lancepart.spec import field_id_of
+from tests.procs import wait_until_reached
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -312,20 +313,11 @@ def _slow_change(root: str, name: str) -> tuple[subprocess.Popen, Path]:
     return p, go
 
 
-def _when_waiting(p: subprocess.Popen, go: Path) -> None:
-    """Until the process has read the schema and waits before its commit (however loaded the machine)."""
-    deadline = time.monotonic() + 120
-    while not Path(f"{go}.reached").exists():
-        assert p.poll() is None, p.communicate()[1][-2000:]
-        assert time.monotonic() < deadline, "the process never reached its commit"
-        time.sleep(0.02)
-
-
 def test_schema_change_that_lost_the_race_rebases_on_the_newest_schema(ns):
     """Item 6: a change computed on schema S, beaten by another change, is re-validated and
     re-applied on the newest schema: both columns land, with distinct fresh ids."""
     p, go = _slow_change(ns.root, "slow")
-    _when_waiting(p, go)
+    wait_until_reached(go, p)
     ns.update_schema(add=[pa.field("fast", pa.int64())])
     go.touch()
     out, err = p.communicate(timeout=120)
@@ -339,7 +331,7 @@ def test_schema_change_invalid_on_the_newest_schema_is_refused(ns):
     """Item 6: re-validation on the newest schema refuses what has become invalid (the same
     column name added meanwhile): a typed error, one column, nothing overwritten."""
     p, go = _slow_change(ns.root, "dup")
-    _when_waiting(p, go)
+    wait_until_reached(go, p)
     ns.update_schema(add=[pa.field("dup", pa.utf8())])
     go.touch()
     out, err = p.communicate(timeout=120)
@@ -375,7 +367,7 @@ def test_write_whose_table_was_widened_meanwhile_goes_again_in_the_new_form(ns):
     env = {**os.environ, "PYTHONPATH": str(REPO), "LANCEPART_FAULT": f"after_fragments:wait:{go}"}
     p = subprocess.Popen([sys.executable, "-c", _SLOW_WRITE, ns.root], env=env, cwd=str(REPO),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _when_waiting(p, go)  # the writer has fragments and waits
+    wait_until_reached(go, p)  # the writer has fragments and waits
     ns.update_schema(widen={"country": pa.large_utf8()})
     assert ns.compact(min_small_fragments=99).details["schema_upgraded"] == len(ns.partitions())
     go.touch()
