@@ -4,7 +4,7 @@
 Builds the ``__manifest`` rows of a namespace with ``--days`` x ``--buckets`` partition tables
 (spec v1: identity(event_date) + bucket(user_id, N)), plus a second spec version
 (v2: year(event_date) + identity(country)) with a few hundred tables, and times
-:func:`lancepart.read.prune.prune` (median of ``--rounds``) for:
+:func:`lancepart.read.manifest_query.prune` (median of ``--rounds``) for:
 
 * point:  ``event_date = DATE '...' AND user_id = ...``   (one v1 table kept)
 * range:  one week of ``event_date`` and a country        (7 * N v1 tables kept)
@@ -91,7 +91,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
 
-    from lancepart.read.prune import prune
+    from lancepart.read.manifest_query import prune
 
     schema, specs, rows = build(args.days, args.buckets)
     n_tables = rows.num_rows

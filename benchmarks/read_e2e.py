@@ -78,7 +78,7 @@ def timed(fn, rounds: int):
 
 def run_size(root: str, size: int, rows_per_partition: int, rounds: int) -> dict:
     from lancepart import PartitionedNamespace
-    from lancepart.read.prune import prune
+    from lancepart.read.manifest_query import prune
     from lancepart.read.snapshot import scan
 
     ns, data, _, write_s = build(root, size // BUCKETS, rows_per_partition)

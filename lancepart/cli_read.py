@@ -56,7 +56,7 @@ def _cmd_partitions(args: argparse.Namespace) -> Any:
 
 
 def _cmd_explain(args: argparse.Namespace) -> Any:
-    from lancepart.read.prune import prune
+    from lancepart.read.manifest_query import prune
 
     if args.config and args.root is not None and args.filter is None:  # with --config the positional is FILTER
         args.root, args.filter = None, args.root

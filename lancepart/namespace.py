@@ -418,7 +418,7 @@ class PartitionedNamespace:
         if filter is None:
             tables = self._snapshot.table_pins()
         else:
-            from lancepart.read.prune import prune
+            from lancepart.read.manifest_query import prune
 
             tables = prune(filter, self._schema, self._specs, self._snapshot.table_pins()).kept
         return self._partition_infos(tables)
@@ -447,7 +447,7 @@ class PartitionedNamespace:
         """For ``filter``: per spec version, the projected partition predicate and how many
         partitions are kept and pruned, then the ``__manifest`` query and the residual filter."""
         from lancepart.arguments import check_filter
-        from lancepart.read.prune import prune
+        from lancepart.read.manifest_query import prune
 
         return prune(check_filter(filter), self._schema, self._specs, self._snapshot.table_pins()).explain()
 
@@ -589,7 +589,7 @@ class PartitionedNamespace:
         cached = self._plans.get(filter)  # per snapshot: _load starts a new cache
         if cached is not None:
             return list(cached[0]), cached[1], cached[2]
-        from lancepart.read.prune import prune
+        from lancepart.read.manifest_query import prune
 
         result = prune(filter, self._schema, self._specs, self._snapshot.table_pins())
         plan = (self._partition_infos(result.kept), filter, result.scan_filter)

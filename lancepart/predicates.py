@@ -15,7 +15,7 @@ and the literal coercion both rely on.
 
 :mod:`lancepart.projection` maps the first model onto the second;
 :mod:`lancepart.read.manifest_query` runs the result. These names are internal to the pruner:
-the public entry point is :func:`lancepart.read.prune.prune`.
+the public entry point is :func:`lancepart.read.manifest_query.prune`.
 
 >>> import pyarrow as pa
 >>> schema = pa.schema([pa.field("n", pa.int32())])

@@ -1,7 +1,7 @@
 """Projection of a filter over source columns onto partition values: inclusive and strict, side by
 side.
 
-**Inclusive** (:class:`_SpecProjector`, what :func:`lancepart.read.prune.prune` keeps): a small
+**Inclusive** (:class:`_SpecProjector`, what :func:`lancepart.read.manifest_query.prune` keeps): a small
 visitor over the bound filter (:mod:`lancepart.predicates`) whose leaves ask each partition
 field "which partition values can a row satisfying this predicate have?". A partition is dropped
 only when no row of it can match, so the original filter is still applied inside each partition

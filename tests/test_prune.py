@@ -1,4 +1,4 @@
-"""Partition pruning through ``__manifest`` (lancepart/read/prune.py).
+"""Partition pruning through ``__manifest`` (lancepart/read/manifest_query.py).
 
 Spec: spec/partitioning.md "Query Optimization" (Manifest Table Schema, Partition Pruning),
 "Partition Evolution / Compatibility with Partition Pruning", Appendices C and D;
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from lancepart.errors import InvalidArgumentError
-from lancepart.read.prune import PruneResult, _sql_literal, prune
+from lancepart.read.manifest_query import PruneResult, _sql_literal, prune
 from lancepart.spec import PartitionSpec
 from lancepart.transforms import apply, validate_spec
 

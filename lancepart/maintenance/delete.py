@@ -60,7 +60,7 @@ def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
     >>> # delete(ns, "user_id = 42").details["rows_deleted"]
     """
     from lancepart.ids import partition_spec_id
-    from lancepart.read.prune import prune
+    from lancepart.read.manifest_query import prune
 
     if not isinstance(filter, str) or not filter.strip():
         raise InvalidFilterError("delete needs a filter (a SQL boolean expression over the namespace's columns); "

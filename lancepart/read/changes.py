@@ -121,7 +121,7 @@ def _pins(manifest: Manifest, version: int, ns: Any, filter: str | None) -> dict
         return {}
     tables = snap.table_pins()
     if filter:
-        from lancepart.read.prune import prune
+        from lancepart.read.manifest_query import prune
 
         tables = prune(filter, ns.schema, ns.specs, tables).kept
     return {p.object_id: p for p in ns._partition_infos(tables)}

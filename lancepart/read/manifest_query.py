@@ -19,7 +19,18 @@ Appendix D (:attr:`PruneResult.manifest_sql`)::
 
 It also renders the inclusive filter pushed into each Lance scan (:attr:`PruneResult.scan_filter`).
 The answer is always *inclusive*: the original filter is still applied inside each partition
-scan (:attr:`PruneResult.residual`). :mod:`lancepart.read.prune` re-exports the public names.
+scan (:attr:`PruneResult.residual`).
+
+Partition pruning (spec "Query Optimization / Partition Pruning", "Partition Evolution /
+Compatibility with Partition Pruning", Appendices C and D) is this module, the entry point
+(imported as ``lancepart.read.prune`` too), over three pure ones it runs:
+
+* :mod:`lancepart.predicates`: the predicate model over source columns, the binder from
+  DataFusion's plan to it (literal coercion included), and the predicate model over
+  ``partition_field_*`` columns with its SQL rendering;
+* :mod:`lancepart.projection`: inclusive and strict projection, side by side; each
+  transform of :mod:`lancepart.transforms` owns both;
+* :mod:`lancepart.read.visitors`: the visitors over a partition spec that apply them.
 
 >>> import pyarrow as pa
 >>> from lancepart.spec import PartitionSpec
@@ -67,11 +78,11 @@ from lancepart.predicates import (
     filter_columns,
     lance_ident,
 )
-from lancepart.projection import _ROW
+from lancepart.projection import _ROW, MAX_POINTS
 from lancepart.read.visitors import _spec_rows, _SpecProjector, _strict_sources
 from lancepart.spec import PartitionSpec
 
-__all__ = ["PruneResult", "entire_tables", "filter_columns", "matching_tables", "prune"]
+__all__ = ["MAX_POINTS", "PruneResult", "entire_tables", "filter_columns", "matching_tables", "prune"]
 
 _MANIFEST = "__manifest"
 _SELECT_COLUMNS = ("object_id", "location", "read_version", "read_branch", "read_tag")

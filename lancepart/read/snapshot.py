@@ -5,7 +5,7 @@ version of the branch; ``read_tag``: the tagged version; all NULL: latest main. 
 table holds beyond its published version are never visible here.
 
 A filtered scan pushes an *inclusive* rendering of the filter into each Lance scanner
-(:attr:`lancepart.read.prune.PruneResult.scan_filter`: literals already coerced to the column
+(:attr:`lancepart.read.manifest_query.PruneResult.scan_filter`: literals already coerced to the column
 types, so Lance's own literal coercion cannot change its meaning) and then applies the filter
 exactly, with DataFusion's semantics, to the rows read: what a filter means is what DataFusion
 says, whichever engine scans.

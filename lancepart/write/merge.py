@@ -722,8 +722,7 @@ def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str |
     >>> # replace_where(ns, day_rows, "event_date = DATE '2025-12-10'").details["rows_deleted"]
     """
     from lancepart.error_mapping import table_errors
-    from lancepart.read.manifest_query import entire_tables
-    from lancepart.read.prune import prune
+    from lancepart.read.manifest_query import entire_tables, prune
     from lancepart.write.deletions import deletion_files, matching_addresses
 
     if options:
