@@ -43,8 +43,9 @@ def main() -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from lancepart import PartitionedNamespace, murmur3
+    from lancepart import PartitionedNamespace
     from lancepart import spark as lps
+    from lancepart.model import murmur3
     from lancepart.spark.sample import generated_events
 
     spark = (SparkSession.builder.master(args.master).appName("lancepart-bench-ingest")

@@ -1,4 +1,4 @@
-"""Benchmark of lancepart.murmur3 (vectorised numpy kernel) against a per-row mmh3 loop.
+"""Benchmark of lancepart.model.murmur3 (vectorised numpy kernel) against a per-row mmh3 loop.
 
 Usage: python benchmarks/murmur3_bench.py [--rows N] [--loop-rows M] [--rounds R]
 
@@ -35,7 +35,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without install
 
-from lancepart import murmur3 as M
+from lancepart.model import murmur3 as M
 
 
 def _cpu_model() -> str:

@@ -17,7 +17,7 @@ round comes first. Systems:
 
 Cases (the same partitions for every table format):
 
-* bucket16:   bucket(user_id, 16). delta-rs gets a precomputed bucket column (lancepart.murmur3,
+* bucket16:   bucket(user_id, 16). delta-rs gets a precomputed bucket column (lancepart.model.murmur3,
   outside the timed section), pyiceberg a BucketTransform(16) partition field on user_id.
 * identity1k: identity(shop_id), ~1 000 partitions.
 
@@ -172,7 +172,7 @@ class Delta:
 
         self.dl = deltalake
         if case == "bucket16":
-            from lancepart import murmur3
+            from lancepart.model import murmur3
 
             table = table.append_column(BUCKET_COL, murmur3.bucket(table.column("user_id"), 16))
             self.col = BUCKET_COL
@@ -253,7 +253,7 @@ class LanceTables:
 
         self.lance, self.map_threads = lance, map_threads
         if case == "bucket16":
-            from lancepart import murmur3
+            from lancepart.model import murmur3
 
             self.key = murmur3.bucket(table.column("user_id"), 16)
         else:

@@ -33,7 +33,7 @@ from machine_info import machine
 def build(days: int, buckets: int):
     """(schema, specs, manifest rows) of a namespace with days * buckets v1 tables and a v2."""
     from lancepart.manifest import manifest_schema
-    from lancepart.spec import PartitionSpec
+    from lancepart.model.spec import PartitionSpec
 
     schema = pa.schema([
         pa.field("user_id", pa.int64(), False, {"lance:field_id": "0"}),

@@ -12,9 +12,9 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 
-from lancepart import datafusion_udfs as ldf
-from lancepart import transforms
-from lancepart.spec import PartitionField
+from lancepart.model import datafusion_udfs as ldf
+from lancepart.model import transforms
+from lancepart.model.spec import PartitionField
 
 
 def _columns(n: int) -> dict[str, pa.Array]:

@@ -3,7 +3,7 @@
 >>> from lancepart import PartitionedNamespace, PartitionSpec, PartitionField
 
 Modules live in packages (docs/development.md "Where things live"); a module that moved keeps
-its old name: ``import lancepart.spec`` is ``lancepart.model.spec``, the same module object
+its old name: ``import lancepart.model.spec`` is ``lancepart.model.spec``, the same module object
 (:data:`_MOVED`). The names in :data:`_DEPRECATED` go in 0.2 and warn.
 """
 
@@ -50,10 +50,10 @@ from lancepart.errors import (  # every public error type (docs/errors.md)
     UnsafeRetentionError,
     WorkerEnvironmentError,
 )
+from lancepart.model.spec import PartitionField, PartitionSpec, Transform
 from lancepart.namespace import PartitionedNamespace
 from lancepart.repair import RepairReport
 from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, Problem, VerifyReport
-from lancepart.spec import PartitionField, PartitionSpec, Transform
 
 __version__ = "0.1.0"
 
@@ -108,12 +108,21 @@ __all__ = [
 
 # old module name -> its home; importing the old name gives the module of the new one
 _MOVED = {
+    "lancepart.spec": "lancepart.model.spec",
+    "lancepart.transforms": "lancepart.model.transforms",
+    "lancepart.murmur3": "lancepart.model.murmur3",
+    "lancepart.projection": "lancepart.model.projection",
+    "lancepart.predicates": "lancepart.model.predicates",
+    "lancepart.ids": "lancepart.model.ids",
+    "lancepart.keys": "lancepart.model.keys",
+    "lancepart.datafusion_udfs": "lancepart.model.datafusion_udfs",
+    "lancepart.read.visitors": "lancepart.model.visitors",
     "lancepart.read.prune": "lancepart.read.manifest_query",
 }
 # renamed modules whose old name goes in 0.2 (docs/api.md): importing it warns
 _DEPRECATED = {
     "lancepart.compat": "lancepart.v1_tables",
-    "lancepart.datafusion": "lancepart.datafusion_udfs",
+    "lancepart.datafusion": "lancepart.model.datafusion_udfs",
 }
 
 
@@ -130,8 +139,8 @@ def _warn_at_importer(message: str) -> None:
 
 class _OldNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports an old module name (:data:`_MOVED`, :data:`_DEPRECATED`) as its new module: the
-    same object, registered under both names, so ``from lancepart.spec import X``, pickles by
-    the old path and ``monkeypatch.setattr("lancepart.spec.X", ...)`` all reach the one module."""
+    same object, registered under both names, so ``from lancepart.model.spec import X``, pickles by
+    the old path and ``monkeypatch.setattr("lancepart.model.spec.X", ...)`` all reach the one module."""
 
     def __init__(self) -> None:
         self._specs: dict[str, importlib.machinery.ModuleSpec] = {}
@@ -158,7 +167,7 @@ if not any(isinstance(f, _OldNames) for f in sys.meta_path):
 
 
 def __getattr__(name: str):
-    """``lancepart.spec`` (attribute access, ``from lancepart import spec``) for a moved module."""
+    """``lancepart.model.spec`` (attribute access, ``from lancepart import spec``) for a moved module."""
     if f"lancepart.{name}" in _MOVED or f"lancepart.{name}" in _DEPRECATED:
         return importlib.import_module(f"lancepart.{name}")
     raise AttributeError(f"module 'lancepart' has no attribute {name!r}")

@@ -89,8 +89,8 @@ EXIT_PROBLEMS = 3  # verify found problems, or a maintenance run left something 
 def _cmd_create(args: argparse.Namespace) -> Any:
     from lancepart.config import JobConfig, load_document
     from lancepart.errors import ConfigError
+    from lancepart.model.spec import PartitionSpec, schema_from_json
     from lancepart.namespace import PartitionedNamespace
-    from lancepart.spec import PartitionSpec, schema_from_json
 
     root = args.root or args.root_opt
     if args.config:
@@ -243,7 +243,7 @@ def _cmd_evolve(args: argparse.Namespace) -> Any:
 
 def _type_arg(text: str, option: str) -> Any:
     from lancepart.errors import InvalidSpecError
-    from lancepart.spec import arrow_type_from_text
+    from lancepart.model.spec import arrow_type_from_text
 
     try:
         return arrow_type_from_text(text)
@@ -275,7 +275,7 @@ def _cmd_alter(args: argparse.Namespace) -> Any:
         raise UsageError("alter: give at least one of --add, --rename, --drop, --widen")
     ns = _open(args)
     result = ns.update_schema(add=add, rename=rename, drop=drop, widen=widen, max_retries=args.max_retries)
-    from lancepart.spec import field_id_of
+    from lancepart.model.spec import field_id_of
 
     columns = [{"name": f.name, "type": str(f.type), "field_id": field_id_of(f), "nullable": f.nullable}
                for f in ns.schema]

@@ -28,7 +28,7 @@ def _cmd_describe(args: argparse.Namespace) -> Any:
 def _print_describe(ns: PartitionedNamespace, out: dict[str, Any], with_tables: bool) -> None:
     print(f"root: {out['root']}")
     print(f"manifest version: {out['manifest_version']}")
-    from lancepart.spec import field_id_of
+    from lancepart.model.spec import field_id_of
 
     names = {field_id_of(f): f.name for f in ns.schema}
     for spec_id, spec in sorted(ns.specs.items()):

@@ -22,8 +22,8 @@ import yaml
 
 from lancepart.errors import ConfigError, InvalidSpecError
 from lancepart.maintenance.compact import DEFAULT_DELETIONS_THRESHOLD, DEFAULT_MIN_SMALL_FRAGMENTS, DEFAULT_TARGET_ROWS
+from lancepart.model.spec import PartitionSpec, arrow_type_from_json
 from lancepart.redact import register as register_secrets
-from lancepart.spec import PartitionSpec, arrow_type_from_json
 
 #: The keys a job config may hold, section by section (free-form mappings are not listed: Lance
 #: storage options, Spark confs, reader options, expectations).

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lancepart.manifest import Manifest, ManifestSnapshot
+    from lancepart.model.spec import PartitionSpec
     from lancepart.results import PartitionInfo
-    from lancepart.spec import PartitionSpec
 
 
 class NamespaceHandle(Protocol):

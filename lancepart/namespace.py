@@ -20,7 +20,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart import ids as _ids
 from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.errors import (
@@ -40,8 +39,9 @@ from lancepart.manifest import (
     normalize_root,
     rows_from_records,
 )
+from lancepart.model import ids as _ids
+from lancepart.model.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
 from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, VerifyReport
-from lancepart.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
 
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = _ids.SPEC_KEY_PREFIX
@@ -159,8 +159,8 @@ class PartitionedNamespace:
 
         Raises :class:`NamespaceExistsError` when ``root`` already has a ``__manifest``.
         """
-        from lancepart.predicates import check_column_names
-        from lancepart.transforms import validate_spec  # engine-level checks (types, expressions)
+        from lancepart.model.predicates import check_column_names
+        from lancepart.model.transforms import validate_spec  # engine-level checks (types, expressions)
 
         root_s = _resolve_root(root)
         if isinstance(schema, pa.Schema):

@@ -78,7 +78,7 @@ class EvolveResult(CommitResult):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __eq__(self, other: object) -> bool:
-        from lancepart.spec import PartitionSpec
+        from lancepart.model.spec import PartitionSpec
 
         if isinstance(other, PartitionSpec):
             warnings.warn("ns.evolve() returns an EvolveResult (a CommitResult): compare result.spec with a "

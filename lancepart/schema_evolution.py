@@ -42,8 +42,7 @@ from lancepart.errors import (
     SchemaMismatchError,
 )
 from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot
-from lancepart.results import CommitResult
-from lancepart.spec import (
+from lancepart.model.spec import (
     FIELD_ID_KEY_BYTES,
     _walk,
     assign_field_ids,
@@ -51,6 +50,7 @@ from lancepart.spec import (
     schema_from_json,
     schema_to_json,
 )
+from lancepart.results import CommitResult
 
 log = logging.getLogger("lancepart.schema")
 
@@ -80,7 +80,7 @@ def name_ids(schema: pa.Schema) -> dict[str, int]:
 
 
 def _widening(src: pa.DataType, dst: pa.DataType) -> bool:
-    from lancepart.transforms import losslessly_castable
+    from lancepart.model.transforms import losslessly_castable
 
     T = pa.types
     if src == dst or T.is_null(src):
@@ -164,8 +164,8 @@ def apply_change(schema: pa.Schema, metadata: Mapping[str, str], add: Sequence[p
 def _check_specs(schema: pa.Schema, metadata: Mapping[str, str]) -> None:
     """Every published partition spec still evaluates against the new schema (a widened source
     must keep its transform valid; a dropped source is allowed: it reads as NULL)."""
-    from lancepart.spec import PartitionSpec
-    from lancepart.transforms import validate_field
+    from lancepart.model.spec import PartitionSpec
+    from lancepart.model.transforms import validate_field
 
     ids = {field_id_of(f) for f in schema}
     for k, v in metadata.items():
@@ -210,7 +210,7 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
     add, rename, drop, widen = list(add or []), dict(rename or {}), list(drop or []), dict(widen or {})
     if not (add or rename or drop or widen):
         raise InvalidArgumentError("update_schema: nothing to change (give add, rename, drop or widen)")
-    from lancepart.predicates import check_column_names
+    from lancepart.model.predicates import check_column_names
 
     check_column_names([f.name for f in add if isinstance(f, pa.Field)] + [n for n in rename.values()
                                                                             if isinstance(n, str)], "update_schema")
@@ -287,7 +287,7 @@ def table_column(table: pa.Schema, column: str, namespace_md: Mapping[str, str] 
     table was written before the column existed). A table keeps its columns' names until it is
     rewritten, so after a rename it holds the column under its old name: found by field id."""
     if namespace_md and SCHEMA_KEY in namespace_md:
-        from lancepart.spec import schema_from_json
+        from lancepart.model.spec import schema_from_json
 
         schema = schema_from_json(namespace_md[SCHEMA_KEY])
         if column in schema.names:

@@ -30,11 +30,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from lancepart import ids as _ids
 from lancepart.errors import CommitConflictError, CorruptNamespaceError, InvalidSpecError
 from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, metadata_json
+from lancepart.model import ids as _ids
+from lancepart.model.spec import PartitionField, PartitionSpec, field_id_of
 from lancepart.results import EvolveResult
-from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 
 log = logging.getLogger("lancepart.evolution")
 
@@ -87,7 +87,7 @@ def resolve_fields(fields: Sequence[PartitionField | Mapping[str, Any]], schema:
     without one, or with the same one); a field without ``field_id`` otherwise gets a fresh,
     readable one that no earlier field uses. Giving an earlier field's definition a different
     ``field_id``, or an earlier ``field_id`` to a different definition, is an
-    :class:`InvalidSpecError` (:func:`lancepart.spec.check_field_id_reuse`)."""
+    :class:`InvalidSpecError` (:func:`lancepart.model.spec.check_field_id_reuse`)."""
     known: dict[str, PartitionField] = {}
     for spec in existing:
         for f in spec.fields:
@@ -194,7 +194,7 @@ def evolve(manifest: Manifest, schema: pa.Schema, fields: Sequence[PartitionFiel
            max_retries: int = 20) -> EvolveResult:
     """Add a new partition spec version with ``fields``; the result's ``spec`` is it, or the
     current spec when ``fields`` define exactly it (so a rerun is a no-op: ``created`` False)."""
-    from lancepart.transforms import validate_spec  # engine-level checks (types, expressions)
+    from lancepart.model.transforms import validate_spec  # engine-level checks (types, expressions)
 
     started = time.monotonic()
     if isinstance(fields, Mapping) and "fields" in fields:  # a whole spec object was given

@@ -35,8 +35,8 @@ def namespace_sizes(ns: NamespaceHandle, progress: Callable[[str], None] | None 
     parallel) and of ``__manifest``, with totals: ``{"rows", "bytes", "versions", "manifest":
     {"bytes", "versions"}, "tables": [PartitionInfo.to_dict() + rows, bytes, versions]}``. A
     declared table that no writer created yet counts zero."""
-    from lancepart.ids import check_location
     from lancepart.manifest import MANIFEST_DIR, join_uri
+    from lancepart.model.ids import check_location
     from lancepart.parallel import map_threads
     from lancepart.read.snapshot import open_published
 
@@ -69,7 +69,7 @@ def describe(ns: NamespaceHandle, sizes: bool = True,
     """The JSON description of ``ns``: root, manifest version, current spec id, every spec, the
     schema, the number of partition tables and, with ``sizes``, :func:`namespace_sizes` (which
     opens every table)."""
-    from lancepart.spec import schema_to_json
+    from lancepart.model.spec import schema_to_json
 
     out: dict[str, Any] = {
         "root": ns.root,

@@ -51,10 +51,10 @@ from typing import Any
 import pyarrow as pa
 from lance.file import LanceFileSession
 
-from lancepart import ids as _ids
 from lancepart.errors import ConfigError, CorruptNamespaceError
 from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri, normalize_root, rows_from_records
+from lancepart.model import ids as _ids
 
 V1_SUFFIX = ".lance"
 RESERVED_MARKER = ".lance-reserved"

@@ -20,10 +20,11 @@ import lance
 import pyarrow as pa
 import pytest
 
-from lancepart import PartitionedNamespace, ids
+from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.cleanup import cleanup
 from lancepart.manifest import join_uri
+from lancepart.model import ids
 from lancepart.read.snapshot import scan
 from lancepart.results import PartitionInfo
 from lancepart.spark.write import job_location

@@ -4,7 +4,7 @@ expression (spec/partitioning.md "Supported Transforms") on the same input.
 
 The reference is a plain DataFusion ``SessionContext`` running the derived SQL, with only the
 public ``register_udfs`` added for the spec's murmur3 extensions; it does not go through
-``lancepart.datafusion_udfs.evaluate``. Inputs: 10^4 seeded random rows per (transform, type) with
+``lancepart.model.datafusion_udfs.evaluate``. Inputs: 10^4 seeded random rows per (transform, type) with
 NULLs, negatives, type limits, timestamps far before 1970 and at the limits of every unit,
 dates ±10^5 days and beyond DataFusion's range, non-ASCII strings (emoji, CJK, combining marks),
 empty strings and non-UTF-8 bytes. Expression fields are checked against independent
@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from lancepart import transforms
-from lancepart.datafusion_udfs import derived_expression, register_udfs
-from lancepart.spec import PartitionField
+from lancepart.model import transforms
+from lancepart.model.datafusion_udfs import derived_expression, register_udfs
+from lancepart.model.spec import PartitionField
 
 N = 10_000
 NULL_RATE = 0.05
@@ -420,7 +420,7 @@ def test_expression_murmur3_multi_skips_nulls_like_mmh3():
 
 @pytest.mark.parametrize("name", ["int64", "utf8", "binary", ts_name("us", None)])
 def test_bucket_matches_mmh3_on_canonical_bytes(name):
-    """Independent of lancepart.murmur3: mmh3 over docs/design.md §1 canonical bytes, abs in 64 bits."""
+    """Independent of lancepart.model.murmur3: mmh3 over docs/design.md §1 canonical bytes, abs in 64 bits."""
     a = data(name)
     got = transforms.BucketTransform(1000).apply([a]).to_pylist()
 

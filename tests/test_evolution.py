@@ -20,7 +20,7 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.errors import CorruptNamespaceError, InvalidSpecError
 from lancepart.manifest import ManifestChanges, ManifestConflict, join_uri
-from lancepart.spec import PartitionSpec
+from lancepart.model.spec import PartitionSpec
 from lancepart.spec_evolution import _add_columns, _add_row, _publish, resolve_fields
 from tests.conftest import APPENDIX_A
 

@@ -37,8 +37,8 @@ from lancepart.errors import (
     SchemaMismatchError,
     UnsafeLocationError,
 )
+from lancepart.model.spec import arrow_type_to_json
 from lancepart.sample import demo_events
-from lancepart.spec import arrow_type_to_json
 
 ID_RE = re.compile(r"^v1(\$[0-9a-z]{16})+\$dataset$")
 LOCATION_RE = re.compile(r"^[0-9a-f]{8}_v1(\$[0-9a-z]{16})+\$dataset$")

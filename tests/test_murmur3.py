@@ -1,4 +1,4 @@
-"""Tests of lancepart.murmur3 (docs/design.md §1: Iceberg-compatible 32-bit MurmurHash3 of canonical bytes).
+"""Tests of lancepart.model.murmur3 (docs/design.md §1: Iceberg-compatible 32-bit MurmurHash3 of canonical bytes).
 
 Every expectation is computed independently: values are canonicalised here in plain Python
 (``_ref_bytes``) and hashed per row with ``mmh3.hash(b, 0, signed=True)``; nothing is compared
@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lancepart import murmur3 as M
 from lancepart.errors import InvalidSpecError
+from lancepart.model import murmur3 as M
 
 N = 10_000
 INT32_MIN = -(2**31)

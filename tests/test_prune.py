@@ -17,9 +17,9 @@ import pyarrow as pa
 import pytest
 
 from lancepart.errors import InvalidArgumentError
+from lancepart.model.spec import PartitionSpec
+from lancepart.model.transforms import apply, validate_spec
 from lancepart.read.manifest_query import PruneResult, _sql_literal, prune
-from lancepart.spec import PartitionSpec
-from lancepart.transforms import apply, validate_spec
 
 D = dt.date
 
@@ -353,12 +353,12 @@ def test_null_semantics():
 
 
 def test_each_transform_owns_its_projections():
-    """The projector asks a field's transform how to project (lancepart/projection.py), never
+    """The projector asks a field's transform how to project (lancepart/model/projection.py), never
     its name: only truncate and year bound a range on their own, only identity has a strict
     projection, and a transform without a projection of its own keeps every partition."""
-    from lancepart.projection import Projection
-    from lancepart.spec import PartitionField
-    from lancepart.transforms import transform_for
+    from lancepart.model.projection import Projection
+    from lancepart.model.spec import PartitionField
+    from lancepart.model.transforms import transform_for
 
     fields = {
         "identity": ({"type": "identity"}, [1]), "year": ({"type": "year"}, [1]), "month": ({"type": "month"}, [1]),

@@ -176,8 +176,10 @@ def test_every_public_error_and_result_type_is_exported():
     assert lancepart.RepairReport is RepairReport and "RepairReport" in lancepart.__all__
 
 
-@pytest.mark.parametrize("old,new,name", [("lancepart.datafusion", "lancepart.datafusion_udfs", "derived_expression"),
-                                          ("lancepart.compat", "lancepart.v1_tables", "list_v1_tables")])
+@pytest.mark.parametrize("old,new,name", [
+    ("lancepart.datafusion", "lancepart.model.datafusion_udfs", "derived_expression"),
+    ("lancepart.compat", "lancepart.v1_tables", "list_v1_tables"),
+])
 def test_renamed_modules_keep_their_old_name_for_one_release(old, new, name):
     """Modules renamed so that their names say what they hold: the old import still works, with a
     DeprecationWarning naming the new module."""

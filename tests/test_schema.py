@@ -9,7 +9,7 @@ import pytest
 from lance_namespace_urllib3_client import models as official
 
 from lancepart import InvalidSpecError
-from lancepart.spec import (
+from lancepart.model.spec import (
     arrow_type_from_json,
     arrow_type_to_json,
     assign_field_ids,

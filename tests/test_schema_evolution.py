@@ -25,9 +25,9 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.manifest import join_uri
+from lancepart.model.spec import field_id_of
 from lancepart.sample import demo_events
 from lancepart.schema_evolution import MAX_FIELD_ID_KEY, TABLE_FIELD_IDS_KEY
-from lancepart.spec import field_id_of
 from tests.procs import wait_until_reached
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 from lance_namespace_urllib3_client import models as official
 
 from lancepart import InvalidSpecError, PartitionField, PartitionSpec
-from lancepart.spec import check_field_id_reuse
+from lancepart.model.spec import check_field_id_reuse
 
 
 def test_appendix_a_specs_round_trip_byte_for_byte(appendix_a):
@@ -117,7 +117,7 @@ def test_invalid_spec_rules(spec, message):
 
 
 def test_source_ids_must_exist(appendix_a):
-    from lancepart.spec import schema_from_json
+    from lancepart.model.spec import schema_from_json
 
     schema = schema_from_json(appendix_a["schema"])
     PartitionSpec.from_json(appendix_a["partition_spec_v2"]).check_source_ids(schema)
@@ -152,7 +152,7 @@ def test_import_loads_only_the_models_it_needs():
     import subprocess
     import sys
 
-    code = ("import sys, lancepart, lancepart.spec as s\n"
+    code = ("import sys, lancepart, lancepart.model.spec as s\n"
             "print('lance_namespace_urllib3_client.api' in sys.modules)\n"
             "from lance_namespace_urllib3_client import ApiClient\n"
             "from lance_namespace_urllib3_client.models import PartitionSpec, JsonArrowSchema\n"

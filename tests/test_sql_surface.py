@@ -146,7 +146,7 @@ def test_without_a_context_lancepart_udfs_are_there(written):
     ns, data = written
     query = "SELECT count(*) AS n FROM t WHERE abs(murmur3(user_id)) % 4 = 1"
     expected = datafusion.SessionContext()
-    from lancepart.datafusion_udfs import register_udfs
+    from lancepart.model.datafusion_udfs import register_udfs
 
     register_udfs(expected)
     expected.register_record_batches("t", [data.to_batches()])

@@ -12,11 +12,11 @@ import mmh3
 import pyarrow as pa
 import pytest
 
-from lancepart import datafusion_udfs as ldf
-from lancepart import transforms
 from lancepart.errors import ExpressionEvaluationError, InvalidSpecError, SchemaMismatchError
-from lancepart.spec import PartitionField, PartitionSpec
-from lancepart.transforms import (
+from lancepart.model import datafusion_udfs as ldf
+from lancepart.model import transforms
+from lancepart.model.spec import PartitionField, PartitionSpec
+from lancepart.model.transforms import (
     BucketTransform,
     DayTransform,
     ExpressionTransform,
@@ -547,7 +547,7 @@ def test_validate_spec_checks_every_field_and_field_id_reuse():
 
 
 def test_appendix_a_specs_validate(appendix_a):
-    from lancepart.spec import schema_from_json
+    from lancepart.model.spec import schema_from_json
 
     schema = schema_from_json(appendix_a["schema"])
     v1 = PartitionSpec.from_json(appendix_a["partition_spec_v1"])

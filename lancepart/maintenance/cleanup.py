@@ -148,9 +148,9 @@ from lancepart.errors import (
     UnsafeRetentionError,
     without_source_locations,
 )
-from lancepart.ids import check_location
 from lancepart.lance_io import open_table
 from lancepart.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri, normalize_root
+from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.repair import ensure_intact
 from lancepart.results import CleanupStats

@@ -45,10 +45,10 @@ from lance.optimize import Compaction, CompactionOptions, CompactionTask
 from lancepart import faults
 from lancepart.error_mapping import table_failure as describe_failure
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
-from lancepart.ids import check_location
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations, index_state
 from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
+from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
 from lancepart.results import CommitResult, PartitionInfo

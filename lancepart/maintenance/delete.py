@@ -59,7 +59,7 @@ def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
 
     >>> # delete(ns, "user_id = 42").details["rows_deleted"]
     """
-    from lancepart.ids import partition_spec_id
+    from lancepart.model.ids import partition_spec_id
     from lancepart.read.manifest_query import prune
 
     if not isinstance(filter, str) or not filter.strip():

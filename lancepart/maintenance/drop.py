@@ -2,7 +2,7 @@
 
 Which partitions a filter selects *entirely* is a strict question: a partition may be dropped
 only when every row it holds matches. lancepart answers it exactly, and only where the answer
-is certain, by the strict projection of :func:`lancepart.projection.matching_tables`: every
+is certain, by the strict projection of :func:`lancepart.model.projection.matching_tables`: every
 column the filter names must be the source of an **identity** partition field of the spec
 version. Then each row of a partition carries the partition's value in that column
 (NULL-aware), so evaluating the filter, with DataFusion, on the partition values alone gives the
@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from lancepart import ids as _ids
 from lancepart.errors import InvalidFilterError
 from lancepart.manifest import ManifestSnapshot
+from lancepart.model import ids as _ids
 from lancepart.read.manifest_query import matching_tables
 from lancepart.results import CommitResult
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle
 
-# matching_tables (the strict projection) lives in lancepart.projection; importable from here too
+# matching_tables (the strict projection) lives in lancepart.model.projection; importable from here too
 __all__ = ["drop_partitions", "matching_tables"]
 
 log = logging.getLogger("lancepart.maintenance")

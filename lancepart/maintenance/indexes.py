@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lancepart.errors import CommitConflictError, InvalidArgumentError
-from lancepart.ids import check_location
 from lancepart.index import (
     Drop,
     IndexDeclaration,
@@ -37,6 +36,7 @@ from lancepart.index import (
 )
 from lancepart.lance_io import open_table
 from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
+from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY, columns_of
@@ -105,7 +105,7 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
     pinned to a branch or tag are skipped); ``apply_tables`` runs the per-table work elsewhere
     (Spark tasks). ``leave_out_unreadable``: a table whose published version is gone or cannot
     be read is left out and named in the result's ``failures`` instead of failing it all."""
-    from lancepart.ids import partition_spec_id
+    from lancepart.model.ids import partition_spec_id
 
     started = time.monotonic()
     seen: dict[str, Any] = {}
@@ -219,7 +219,7 @@ def coverage(root: str, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration
     """Per declaration: how many published partition tables there are, how many have at least
     ``min_rows`` rows, how many carry the index, and the object ids of those above the
     threshold without it."""
-    from lancepart.ids import partition_spec_id
+    from lancepart.model.ids import partition_spec_id
 
     so = dict(storage_options) if storage_options else None
     cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]

@@ -46,12 +46,12 @@ import pyarrow.compute as pc
 from lance import LanceOperation
 
 from lancepart import faults
-from lancepart import ids as _ids
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
 from lancepart.history import retained_versions, snapshot_at
 from lancepart.lance_io import open_table
 from lancepart.maintenance.drop import _without
 from lancepart.manifest import ManifestSnapshot, is_not_found, join_uri, set_read_versions
+from lancepart.model import ids as _ids
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.table_commit import _ident, commit_exactly
@@ -67,7 +67,7 @@ _PIN_COLUMNS = ("read_version", "read_branch", "read_tag")
 
 def _partition_tables(rows: pa.Table) -> dict[str, dict[str, Any]]:
     """object_id -> row of every partition table row (``v<N>$...$dataset``)."""
-    from lancepart.ids import partition_spec_id
+    from lancepart.model.ids import partition_spec_id
 
     out = {}
     cols = rows.select(["object_id", "object_type", "location", *_PIN_COLUMNS]).to_pylist()

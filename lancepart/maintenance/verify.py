@@ -42,15 +42,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import LancepartError, NamespaceNotFoundError, UnsafeLocationError
-from lancepart.ids import SPEC_KEY_PREFIX, check_location
 from lancepart.index import IndexDeclaration, declarations, index_state
 from lancepart.lance_io import open_table
 from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
+from lancepart.model.ids import SPEC_KEY_PREFIX, check_location
+from lancepart.model.spec import FIELD_ID_KEY_BYTES, PartitionSpec, field_id_of
+from lancepart.model.transforms import losslessly_castable
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo, Problem, VerifyReport
 from lancepart.schema_evolution import MAX_FIELD_ID_KEY, conform, is_current, source_columns, table_field_ids
-from lancepart.spec import FIELD_ID_KEY_BYTES, PartitionSpec, field_id_of
-from lancepart.transforms import losslessly_castable
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle

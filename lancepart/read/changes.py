@@ -112,7 +112,7 @@ def _commits(manifest: Manifest, start: int, end: int) -> list[Commit]:
 def _pins(manifest: Manifest, version: int, ns: Any, filter: str | None) -> dict[str, PartitionInfo]:
     """The partition tables ``__manifest`` version ``version`` publishes that may hold rows
     matching ``filter`` (none before the namespace's spec was recorded)."""
-    from lancepart.ids import SPEC_KEY_PREFIX
+    from lancepart.model.ids import SPEC_KEY_PREFIX
 
     if version < 1:
         return {}
@@ -236,7 +236,7 @@ def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[
     rows of a key both deleted and inserted are an update's pre- and post-image."""
     if not on or not deleted.num_rows or not inserted.num_rows or any(c not in deleted.column_names for c in on):
         return [(deleted, "delete"), (inserted, "insert")]
-    from lancepart.keys import comparable_keys
+    from lancepart.model.keys import comparable_keys
 
     # a key both deleted and inserted, compared as the merge compared it (a join: NULL keys never match)
     d_rows = pa.array(np.arange(deleted.num_rows, dtype=np.int64))

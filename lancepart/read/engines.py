@@ -262,7 +262,7 @@ def sql(ns: Any, query: str, table: str, ctx: Any = None) -> Any:
     queries only; planned in ``ctx`` (its tables, UDFs and settings), which is left as it was."""
     import datafusion
 
-    from lancepart.datafusion_udfs import register_udfs
+    from lancepart.model.datafusion_udfs import register_udfs
 
     if not isinstance(table, str) or not _IDENT.match(table):
         raise invalid("table", table, "a plain SQL identifier (a str)")

@@ -1,7 +1,7 @@
 """The ``__manifest`` query of partition pruning, and what :func:`prune` returns.
 
-:func:`prune` binds the filter (:mod:`lancepart.predicates`), projects it onto the
-``partition_field_*`` columns of every spec version (:mod:`lancepart.projection`) and runs
+:func:`prune` binds the filter (:mod:`lancepart.model.predicates`), projects it onto the
+``partition_field_*`` columns of every spec version (:mod:`lancepart.model.projection`) and runs
 the projected predicates as one DataFusion query over ``__manifest`` in the form of the spec's
 Appendix D (:attr:`PruneResult.manifest_sql`)::
 
@@ -25,15 +25,15 @@ Partition pruning (spec "Query Optimization / Partition Pruning", "Partition Evo
 Compatibility with Partition Pruning", Appendices C and D) is this module, the entry point
 (imported as ``lancepart.read.prune`` too), over three pure ones it runs:
 
-* :mod:`lancepart.predicates`: the predicate model over source columns, the binder from
+* :mod:`lancepart.model.predicates`: the predicate model over source columns, the binder from
   DataFusion's plan to it (literal coercion included), and the predicate model over
   ``partition_field_*`` columns with its SQL rendering;
-* :mod:`lancepart.projection`: inclusive and strict projection, side by side; each
-  transform of :mod:`lancepart.transforms` owns both;
-* :mod:`lancepart.read.visitors`: the visitors over a partition spec that apply them.
+* :mod:`lancepart.model.projection`: inclusive and strict projection, side by side; each
+  transform of :mod:`lancepart.model.transforms` owns both;
+* :mod:`lancepart.model.visitors`: the visitors over a partition spec that apply them.
 
 >>> import pyarrow as pa
->>> from lancepart.spec import PartitionSpec
+>>> from lancepart.model.spec import PartitionSpec
 >>> schema = pa.schema([pa.field("d", pa.date32(), metadata={"lance:field_id": "1"})])
 >>> spec = PartitionSpec.from_json({"id": 1, "fields": [{"field_id": "y", "source_ids": [1],
 ...     "transform": {"type": "year"}, "result_type": {"type": "int32"}}]})
@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import InvalidArgumentError, InvalidFilterError
-from lancepart.predicates import (
+from lancepart.model.predicates import (
     _P,
     _PFALSE,
     _PTRUE,
@@ -78,9 +78,9 @@ from lancepart.predicates import (
     filter_columns,
     lance_ident,
 )
-from lancepart.projection import _ROW, MAX_POINTS
-from lancepart.read.visitors import _spec_rows, _SpecProjector, _strict_sources
-from lancepart.spec import PartitionSpec
+from lancepart.model.projection import _ROW, MAX_POINTS
+from lancepart.model.spec import PartitionSpec
+from lancepart.model.visitors import _spec_rows, _SpecProjector, _strict_sources
 
 __all__ = ["MAX_POINTS", "PruneResult", "entire_tables", "filter_columns", "matching_tables", "prune"]
 

@@ -143,7 +143,7 @@ def vector_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def _read_schema(schema: pa.Schema, columns: Sequence[str] | None, filter: str | None,
                  extra: Sequence[str] = ()) -> tuple[list[str], pa.Schema]:
-    from lancepart.predicates import filter_columns
+    from lancepart.model.predicates import filter_columns
 
     cols = check_columns(columns)
     cols = cols if cols is not None else list(schema.names)

@@ -25,9 +25,9 @@ import pyarrow as pa
 from lancepart.arguments import check_columns, check_int
 from lancepart.error_mapping import storage_errors, typed_error, unreadable_file
 from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
-from lancepart.ids import check_location
 from lancepart.lance_io import open_table
 from lancepart.manifest import is_not_found, join_uri
+from lancepart.model.ids import check_location
 from lancepart.parallel import MAX_WORKERS, stream_in_order
 from lancepart.results import PartitionInfo
 
@@ -106,7 +106,7 @@ def _filter_context() -> datafusion.SessionContext:
     UDFs cost about as much as filtering a table of a few thousand rows)."""
     ctx = getattr(_contexts, "ctx", None)
     if ctx is None:
-        from lancepart.datafusion_udfs import register_udfs
+        from lancepart.model.datafusion_udfs import register_udfs
 
         ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
         register_udfs(ctx)
@@ -158,7 +158,7 @@ def read_schema_for(schema: pa.Schema, filter: str | None,
                     columns: Sequence[str] | None) -> tuple[list[str], pa.Schema]:
     """``(output columns, columns to read)`` of a read of ``columns`` (all when None) with
     ``filter``: the read adds the columns the filter needs (:func:`projected` checks the columns)."""
-    from lancepart.predicates import filter_columns
+    from lancepart.model.predicates import filter_columns
 
     out = projected(schema, columns)
     if not filter:

@@ -34,7 +34,7 @@ Every field that matches contributes to the group key, so ``[identity(d), bucket
 ``[identity(d), bucket(k, 8)]`` joined on ``(d, k)`` groups by ``(d, bucket % 8)``. A field
 used for grouping must be in every spec version that has partition tables in the join.
 
->>> from lancepart.spec import PartitionSpec
+>>> from lancepart.model.spec import PartitionSpec
 >>> s = pa.schema([pa.field("k", pa.int64(), metadata={"lance:field_id": "0"})])
 >>> spec = lambda n: PartitionSpec.from_json({"id": 1, "fields": [{"field_id": f"b{n}", "source_ids": [0],
 ...     "transform": {"type": "bucket", "num_buckets": n}, "result_type": {"type": "int32"}}]})
@@ -53,9 +53,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import InvalidArgumentError
-from lancepart.results import PartitionInfo
-from lancepart.spec import PartitionField, PartitionSpec, field_id_of
-from lancepart.transforms import (
+from lancepart.model.spec import PartitionField, PartitionSpec, field_id_of
+from lancepart.model.transforms import (
     BaseTransform,
     BucketTransform,
     DayTransform,
@@ -68,6 +67,7 @@ from lancepart.transforms import (
     YearTransform,
     transform_for,
 )
+from lancepart.results import PartitionInfo
 
 # how= spellings accepted (Spark's) -> the canonical name
 JOIN_TYPES: dict[str, str] = {
@@ -334,7 +334,7 @@ class JoinGroup:
 
 
 def _derived(m: FieldMatch, values: list[Any]) -> list[Any]:
-    from lancepart.transforms import transform_for
+    from lancepart.model.transforms import transform_for
 
     assert m.derive_with is not None and m.derive_type is not None
     out = transform_for(m.derive_with).apply([pa.array(values, type=m.derive_type)])

@@ -159,7 +159,7 @@ def _spec_option(options: Mapping[str, str]):
     raw = options.get("spec")
     if raw is None:
         return None
-    from lancepart.spec import PartitionSpec
+    from lancepart.model.spec import PartitionSpec
 
     text = raw
     if not raw.lstrip().startswith("{"):  # a path to a JSON or YAML file
@@ -246,8 +246,8 @@ def _publish(plan: _WritePlan, messages, *, mode: str, batch_id: str | None,
              phases: dict[str, Any]) -> CommitResult:
     """Driver side: lps.write's own tail with the spec and schema the tasks wrote with."""
     from lancepart.manifest import Manifest
+    from lancepart.model.spec import PartitionSpec
     from lancepart.spark.write import publish_fragments
-    from lancepart.spec import PartitionSpec
 
     rows = [r for m in messages if m is not None for r in m.rows]
     spec = PartitionSpec.from_json(plan.spec_json)

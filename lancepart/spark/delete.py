@@ -19,12 +19,12 @@ from typing import Any
 from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.maintenance.delete import delete as _delete
+from lancepart.model.spec import schema_to_json
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import with_legacy_ids
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import Task, commit_or_conflict, run_on_executors
-from lancepart.spec import schema_to_json
 from lancepart.write.deletions import TableDelete, TableTodo
 
 log = logging.getLogger("lancepart.spark")
@@ -36,7 +36,7 @@ def _delete_task(root: str, schema_json: str, filter: str, scan_filter: str | No
     :class:`TableDelete` JSON out (or ``{"conflict": ...}`` when the driver must rebase)."""
 
     def run(item: str, options: dict[str, str] | None) -> str:
-        from lancepart.spec import schema_from_json
+        from lancepart.model.spec import schema_from_json
         from lancepart.write.deletions import delete_in_table
 
         oid, location, base, whole = json.loads(item)

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from lancepart.error_mapping import public_operation
 from lancepart.manifest import ManifestSnapshot
+from lancepart.model.spec import schema_to_json
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import with_legacy_ids
@@ -46,7 +47,6 @@ from lancepart.spark.write import (
     existing_tables,
     table_writes,
 )
-from lancepart.spec import schema_to_json
 from lancepart.write.create import create_tables
 from lancepart.write.merge import (
     Deletions,
@@ -73,7 +73,7 @@ def _match_task(root: str, schema_json: str, keys: Any, on: Sequence[str], delet
     matched input row numbers out (JSON)."""
 
     def run(item: str, options: dict[str, str] | None) -> str:
-        from lancepart.spec import schema_from_json
+        from lancepart.model.spec import schema_from_json
         from lancepart.write.merge import merge_in_table
 
         oid, location, base = json.loads(item)

@@ -39,8 +39,8 @@ from lancepart.deprecation import keyword_only
 from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
 from lancepart.file_format import data_storage_version
-from lancepart.ids import check_location
 from lancepart.manifest import join_uri
+from lancepart.model.ids import check_location
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.spark.registry import register
@@ -99,8 +99,8 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from lancepart.error_mapping import storage_errors
         from lancepart.manifest import Manifest
+        from lancepart.model.spec import PartitionSpec
         from lancepart.parallel import map_threads
-        from lancepart.spec import PartitionSpec
         from lancepart.write.create import write_new_fragments
         from lancepart.write.plan import conform, group_rows, partition_values
         from lancepart.write.upgrade import append_fragments

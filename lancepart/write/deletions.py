@@ -24,11 +24,11 @@ from lancepart.errors import (
     InvalidFilterError,
     LancepartError,
 )
-from lancepart.ids import check_location
 from lancepart.lance_io import open_table
 from lancepart.manifest import (
     join_uri,
 )
+from lancepart.model.ids import check_location
 from lancepart.table_commit import _ident, commit_exactly
 
 log = logging.getLogger("lancepart.maintenance")
@@ -66,7 +66,7 @@ def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, s
     for which ``filter`` is TRUE: the columns it names are read (``scan_filter`` pushed into the
     scan), then ``filter`` is applied exactly by DataFusion, as :meth:`NamespaceHandle.to_table`
     applies it."""
-    from lancepart.predicates import filter_columns
+    from lancepart.model.predicates import filter_columns
     from lancepart.read.snapshot import apply_filter
     from lancepart.schema_evolution import read_columns
 

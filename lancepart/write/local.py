@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lancepart import faults
-from lancepart import ids as _ids
 from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError, SchemaChangedError
 from lancepart.file_format import data_storage_version
+from lancepart.model import ids as _ids
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.write.batches import check_batch_id

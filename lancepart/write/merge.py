@@ -48,8 +48,7 @@ import pyarrow.compute as pc
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
-from lancepart import faults, transforms
-from lancepart import ids as _ids
+from lancepart import faults
 from lancepart.errors import (
     AmbiguousMatchError,
     CommitConflictError,
@@ -62,9 +61,6 @@ from lancepart.errors import (
     SchemaChangedError,
 )
 from lancepart.file_format import data_storage_version
-from lancepart.ids import check_location
-from lancepart.keys import comparable_keys as comparable_keys  # re-exported
-from lancepart.keys import key_values as key_values  # re-exported
 from lancepart.lance_io import open_table
 from lancepart.manifest import (
     MERGE_KEYS_PROPERTY,
@@ -78,9 +74,14 @@ from lancepart.manifest import (
     backoff,
     join_uri,
 )
+from lancepart.model import ids as _ids
+from lancepart.model import transforms
+from lancepart.model.ids import check_location
+from lancepart.model.keys import comparable_keys as comparable_keys  # re-exported
+from lancepart.model.keys import key_values as key_values  # re-exported
+from lancepart.model.spec import PartitionField, PartitionSpec, field_id_of
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.spec import PartitionField, PartitionSpec, field_id_of
 from lancepart.table_commit import _ident, check_fields, commit_exactly
 from lancepart.write import batches
 from lancepart.write.create import NewTables, create_table_with
@@ -202,7 +203,7 @@ def commit_change(uri: str, base_version: int | None, updated: Sequence[Fragment
 
 def partition_tables(snap: ManifestSnapshot, object_ids: set[str] | None = None) -> Candidates:
     """The partition tables of ``snap`` (those in ``object_ids`` only, when given) as candidates."""
-    from lancepart.ids import partition_spec_id
+    from lancepart.model.ids import partition_spec_id
 
     pins = snap.table_pins().select(["object_id", "location", "read_version", "read_branch", "read_tag"])
     return {r["object_id"]: (r["location"], r["read_version"], r["read_branch"], r["read_tag"])
@@ -212,7 +213,7 @@ def partition_tables(snap: ManifestSnapshot, object_ids: set[str] | None = None)
 
 def snap_partition_tables(snap: ManifestSnapshot) -> int:
     """How many partition tables ``snap`` has."""
-    from lancepart.ids import partition_spec_id
+    from lancepart.model.ids import partition_spec_id
 
     return sum(1 for oid in snap.table_pins().column("object_id").to_pylist() if partition_spec_id(oid) is not None)
 
@@ -500,14 +501,14 @@ class KeyPruner:
     values are its ``partition_field_*`` values).
 
     A partition field whose source columns are all key columns has, for an input key, exactly
-    one value: its transform of the key (the writer's code, :func:`lancepart.transforms.apply`,
+    one value: its transform of the key (the writer's code, :func:`lancepart.model.transforms.apply`,
     on the namespace schema). A table can then hold the key only if its value of every such
     field is one of the input's values; tables of a spec version none of whose fields is over
     the key columns are all read. Each spec version is evaluated with its own fields, so the
     tables of older specs are pruned by their own transforms. Compared as the writer names
-    partitions (:func:`lancepart.ids.partition_ids`: canonical bytes, where -0.0 is 0.0, every
+    partitions (:func:`lancepart.model.ids.partition_ids`: canonical bytes, where -0.0 is 0.0, every
     NaN is one value and NULL a value of its own), the way merge compares keys
-    (:func:`lancepart.keys.key_values`).
+    (:func:`lancepart.model.keys.key_values`).
 
     Where a transform's value could depend on the type the column had when a row was written,
     the field does not prune: expression fields, and bucket fields over decimals (widening a

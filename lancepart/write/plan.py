@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart import ids as _ids
-from lancepart import transforms
 from lancepart.errors import ExpressionEvaluationError, PartitionValueError, SchemaMismatchError
-from lancepart.spec import PartitionField, PartitionSpec, field_id_of
+from lancepart.model import ids as _ids
+from lancepart.model import transforms
+from lancepart.model.spec import PartitionField, PartitionSpec, field_id_of
 
 
 def promotable(src: pa.DataType, dst: pa.DataType) -> bool:

@@ -39,7 +39,6 @@ from lancepart.errors import (
     LancepartError,
     PartitionPinnedError,
 )
-from lancepart.ids import check_location
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations
 from lancepart.manifest import (
     OPERATION_PROPERTY,
@@ -52,6 +51,7 @@ from lancepart.manifest import (
     is_not_found,
     join_uri,
 )
+from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import columns_of

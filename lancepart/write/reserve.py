@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart import ids as _ids
 from lancepart import lance_io
 from lancepart.errors import CorruptTableError
 from lancepart.file_format import data_storage_version
@@ -43,8 +42,9 @@ from lancepart.manifest import (
     join_uri,
     metadata_json,
 )
+from lancepart.model import ids as _ids
+from lancepart.model.spec import PartitionSpec
 from lancepart.parallel import map_threads
-from lancepart.spec import PartitionSpec
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def _value_keys(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> dict[str, pa.Ar
     """Join keys for partition values, two per field: the canonical bytes of the value (the
     encoding the deterministic ids hash: NaN is one value, -0.0 equals 0.0) and a NULL flag,
     so NULL matches NULL and nothing else."""
-    from lancepart.murmur3 import canonical_bytes
+    from lancepart.model.murmur3 import canonical_bytes
 
     keys: dict[str, pa.Array] = {}
     for j, a in enumerate(arrays):

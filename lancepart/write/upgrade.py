@@ -21,6 +21,7 @@ from lancepart.errors import CommitConflictError, SchemaChangedError
 from lancepart.file_format import table_data_storage_version
 from lancepart.lance_io import open_table, unsliced
 from lancepart.manifest import LanceCommitConflictError, Manifest, backoff
+from lancepart.model.spec import field_id_of, schema_from_json
 from lancepart.schema_evolution import (
     MAX_FIELD_ID_KEY,
     SCHEMA_KEY,
@@ -30,7 +31,6 @@ from lancepart.schema_evolution import (
     table_field_ids,
     table_schema,
 )
-from lancepart.spec import field_id_of, schema_from_json
 
 log = logging.getLogger("lancepart.schema")
 

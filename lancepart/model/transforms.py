@@ -3,7 +3,7 @@
 Each class knows its result type, which source types it accepts and how to apply itself to Arrow
 arrays (vectorised; no per-row Python). The rule every class follows (docs/design.md §3): its value
 equals DataFusion's evaluation of the field's derived expression
-(:func:`lancepart.datafusion_udfs.derived_expression`) on the same input, which
+(:func:`lancepart.model.datafusion_udfs.derived_expression`) on the same input, which
 tests/test_datafusion_equivalence.py checks on random inputs.
 
 Where DataFusion's behaviour decided the implementation:
@@ -25,9 +25,9 @@ Where DataFusion's behaviour decided the implementation:
 
 Each class also owns its projections of predicates, inclusive (partition pruning) and strict
 (which partitions match entirely), by inheriting the matching class of
-:mod:`lancepart.projection` (``IdentityProjection``, ``YearProjection``, ...).
+:mod:`lancepart.model.projection` (``IdentityProjection``, ``YearProjection``, ...).
 
->>> from lancepart.spec import PartitionField
+>>> from lancepart.model.spec import PartitionField
 >>> f = PartitionField("n", [0], {"type": "truncate", "width": 10}, result_type={"type": "int64"})
 >>> transform_for(f).apply([pa.array([-11, 11, None])]).to_pylist()
 [-10, 10, None]
@@ -47,11 +47,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart import datafusion_udfs as _ldf
-from lancepart import murmur3 as _murmur3
-from lancepart import projection as _projection
 from lancepart.errors import ExpressionEvaluationError, InvalidSpecError, SchemaMismatchError
-from lancepart.spec import PartitionField, PartitionSpec, check_field_id_reuse, field_id_of
+from lancepart.model import datafusion_udfs as _ldf
+from lancepart.model import murmur3 as _murmur3
+from lancepart.model import projection as _projection
+from lancepart.model.spec import PartitionField, PartitionSpec, check_field_id_reuse, field_id_of
 
 __all__ = [
     "BaseTransform",
@@ -126,7 +126,7 @@ def _where(field_id: str | None) -> str:
 class BaseTransform(_projection.Projection, ABC):
     """A partition transform: ``result_type``, ``check_source_types`` and vectorised ``apply``;
     its inclusive and strict projections of predicates come from the projection class it inherits
-    (:mod:`lancepart.projection`)."""
+    (:mod:`lancepart.model.projection`)."""
 
     name: ClassVar[str]
 

@@ -2,7 +2,7 @@
 
 Spec: spec/partitioning.md "Partition Expression", "Supported Transforms", "Hash Functions";
 docs/design.md §1-§3. The rule every transform follows: the value computed by
-:mod:`lancepart.transforms` equals DataFusion's evaluation of :func:`derived_expression`.
+:mod:`lancepart.model.transforms` equals DataFusion's evaluation of :func:`derived_expression`.
 
 Decisions DataFusion forced (all checked against datafusion 55, see tests/test_datafusion_equivalence.py):
 
@@ -25,7 +25,7 @@ Decisions DataFusion forced (all checked against datafusion 55, see tests/test_d
   non-UTF-8 data and counts characters, not bytes); ``substr`` rejects Binary. The derived
   expression for binary sources is ``decode(left(encode(col0, 'hex'), 2*W), 'hex')`` = first W bytes.
 * **truncate width** literals above 2**63 - 1 are planned as Decimal/Float64 by DataFusion, which
-  changes the arithmetic; such widths are rejected at validation (:mod:`lancepart.transforms`).
+  changes the arithmetic; such widths are rejected at validation (:mod:`lancepart.model.transforms`).
 
 >>> evaluate("abs(murmur3(col0)) % 16", [pa.array([34], pa.int64())]).to_pylist()
 [3]
@@ -44,9 +44,9 @@ from typing import Any
 import datafusion as _df
 import pyarrow as pa
 
-from lancepart import murmur3 as _murmur3
 from lancepart.errors import ExpressionEvaluationError, InvalidSpecError
-from lancepart.spec import PartitionField
+from lancepart.model import murmur3 as _murmur3
+from lancepart.model.spec import PartitionField
 
 __all__ = [
     "HASH_FUNCTIONS",
@@ -74,7 +74,7 @@ def derived_expression(field: PartitionField, source_types: Sequence[pa.DataType
     ``decode(left(encode(col0, 'hex'), 2W), 'hex')`` (see module docstring), numbers
     ``col0 - (col0 % W)``.
 
-    >>> from lancepart.spec import PartitionField
+    >>> from lancepart.model.spec import PartitionField
     >>> f = PartitionField("b", [0], {"type": "bucket", "num_buckets": 8}, result_type={"type": "int32"})
     >>> derived_expression(f)
     'abs(murmur3(col0)) % 8'

@@ -13,7 +13,7 @@ and the literal coercion both rely on.
   ``partition_field_*`` columns, rendered as DataFusion SQL (:meth:`_P.sql`) for the
   ``__manifest`` query.
 
-:mod:`lancepart.projection` maps the first model onto the second;
+:mod:`lancepart.model.projection` maps the first model onto the second;
 :mod:`lancepart.read.manifest_query` runs the result. These names are internal to the pruner:
 the public entry point is :func:`lancepart.read.manifest_query.prune`.
 

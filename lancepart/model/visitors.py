@@ -2,8 +2,8 @@
 the *inclusive* one (:class:`_SpecProjector`: which partition values can a row satisfying the
 filter have) and the *strict* one (:func:`_strict_sources`: which partition columns hold a
 source column's value exactly, so that a filter TRUE on the partition values is TRUE on every
-row). Each leaf asks the field's transform (:mod:`lancepart.projection`, owned by the
-classes of :mod:`lancepart.transforms`). The queries that run them over ``__manifest`` are
+row). Each leaf asks the field's transform (:mod:`lancepart.model.projection`, owned by the
+classes of :mod:`lancepart.model.transforms`). The queries that run them over ``__manifest`` are
 :mod:`lancepart.read.manifest_query`.
 """
 
@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart import ids as _ids
 from lancepart.errors import InvalidSpecError
-from lancepart.predicates import (
+from lancepart.model import ids as _ids
+from lancepart.model.predicates import (
     _P,
     _PFALSE,
     _PTRUE,
@@ -34,15 +34,15 @@ from lancepart.predicates import (
     _Unknown,
     _value_type,
 )
-from lancepart.projection import _ROW, MAX_POINTS, _Field, _like_prefix  # noqa: F401
-from lancepart.spec import PartitionSpec, field_id_of
+from lancepart.model.projection import _ROW, MAX_POINTS, _Field, _like_prefix  # noqa: F401
+from lancepart.model.spec import PartitionSpec, field_id_of
 
 # =========================================================================== inclusive visitor
 
 
 def _fields(spec: PartitionSpec, schema: pa.Schema, columns: Iterable[str] | None) -> list[_Field]:
     """The fields of ``spec`` with a ``__manifest`` column among ``columns`` (None: every field)."""
-    from lancepart.transforms import transform_for
+    from lancepart.model.transforms import transform_for
 
     top = {fid: f for f in schema if (fid := field_id_of(f)) is not None}
     have = None if columns is None else set(columns)

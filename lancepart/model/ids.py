@@ -63,7 +63,7 @@ def partition_ids(spec_id: int, values: Sequence[pa.Array]) -> list[list[str]]:
     >>> partition_ids(1, [pa.array([2025], pa.int32())])[0][0] == partition_ids(1, [pa.array([2025], pa.int32())])[0][0]
     True
     """
-    from lancepart.murmur3 import canonical_bytes  # canonical encoding shared with bucket hashing
+    from lancepart.model.murmur3 import canonical_bytes  # canonical encoding shared with bucket hashing
 
     if not values:
         return []

@@ -2,13 +2,13 @@
 side.
 
 **Inclusive** (:class:`_SpecProjector`, what :func:`lancepart.read.manifest_query.prune` keeps): a small
-visitor over the bound filter (:mod:`lancepart.predicates`) whose leaves ask each partition
+visitor over the bound filter (:mod:`lancepart.model.predicates`) whose leaves ask each partition
 field "which partition values can a row satisfying this predicate have?". A partition is dropped
 only when no row of it can match, so the original filter is still applied inside each partition
 scan. **Strict** (:func:`matching_tables`, what drop_partitions, delete's whole-table shortcut and
 merge rely on): "does *every* row of this partition match?", answered only where it is certain.
 
-Each transform of :mod:`lancepart.transforms` owns both projections, the way pyiceberg's
+Each transform of :mod:`lancepart.model.transforms` owns both projections, the way pyiceberg's
 ``Transform.project`` / ``Transform.strict_project`` do: every transform class inherits one of
 the projection classes below (:class:`Projection` and its subclasses), and the visitors call its
 methods; nothing here looks at a transform's name.
@@ -54,9 +54,9 @@ filter column has none (a ``year``, ``bucket`` or ``truncate`` field, or no fiel
 :func:`lancepart.read.manifest_query.matching_tables` fail with :class:`InvalidFilterError`
 naming the column, unless the inclusive projection proves that no partition of that version can hold a matching row.
 
->>> from lancepart.predicates import _parse
->>> from lancepart.read.visitors import _SpecProjector
->>> from lancepart.spec import PartitionSpec
+>>> from lancepart.model.predicates import _parse
+>>> from lancepart.model.visitors import _SpecProjector
+>>> from lancepart.model.spec import PartitionSpec
 >>> schema = pa.schema([pa.field("d", pa.date32(), metadata={"lance:field_id": "1"})])
 >>> spec = PartitionSpec.from_json({"id": 1, "fields": [{"field_id": "y", "source_ids": [1],
 ...     "transform": {"type": "year"}, "result_type": {"type": "int32"}}]})
@@ -76,7 +76,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from lancepart.predicates import (
+from lancepart.model.predicates import (
     _P,
     _PER_SECOND,
     _PFALSE,
@@ -100,7 +100,7 @@ from lancepart.predicates import (
     _storage,
     _to_int,
 )
-from lancepart.spec import PartitionField
+from lancepart.model.spec import PartitionField
 
 __all__ = ["MAX_POINTS", "Projection"]
 
