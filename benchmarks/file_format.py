@@ -6,7 +6,7 @@ cost of one small table in each Lance file format version. For every version pyl
 ``next`` is an unstable development format and is left out), the script writes ``--tables``
 tables of ``--rows`` rows each (int64 ``id`` 0..rows-1 per table, a ``timestamp[us]``, a
 float64 and a 40-character string; numpy, seeded) with ``lance.write_dataset`` on 16 threads
-and one shared ``lance.Session`` (:mod:`lancepart.lance_io`), into a fresh directory per round.
+and one shared ``lance.Session`` (:mod:`lancepart.storage.lance_io`), into a fresh directory per round.
 Rounds are interleaved (round r starts with version r mod n); one untimed warm-up round first.
 
 Measured per version (medians over the rounds; reads run over the tables of the last round):
@@ -46,7 +46,7 @@ import pyarrow as pa
 from machine_info import machine
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lancepart import lance_io
+from lancepart.storage import lance_io
 
 CANDIDATES = ("2.0", "2.1", None, "legacy")  # None: pylance's default
 _ENCODING = re.compile(r"\b([A-Z][A-Za-z]+)[ ]?[({]")

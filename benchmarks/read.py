@@ -32,8 +32,8 @@ from machine_info import machine
 
 def build(days: int, buckets: int):
     """(schema, specs, manifest rows) of a namespace with days * buckets v1 tables and a v2."""
-    from lancepart.manifest import manifest_schema
     from lancepart.model.spec import PartitionSpec
+    from lancepart.storage.manifest import manifest_schema
 
     schema = pa.schema([
         pa.field("user_id", pa.int64(), False, {"lance:field_id": "0"}),

@@ -37,7 +37,7 @@ import pyarrow as pa
 from machine_info import machine
 
 from lancepart import PartitionedNamespace
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 
 ROWS_PER_LIST = 4096
 

@@ -13,7 +13,6 @@ import importlib.machinery
 import sys
 import warnings
 
-from lancepart import lance_env  # noqa: F401  (first: Lance reads its settings at its first commit)
 from lancepart.errors import (  # every public error type (docs/errors.md)
     AmbiguousMatchError,
     CommitConflictError,
@@ -54,6 +53,7 @@ from lancepart.model.spec import PartitionField, PartitionSpec, Transform
 from lancepart.namespace import PartitionedNamespace
 from lancepart.repair import RepairReport
 from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, Problem, VerifyReport
+from lancepart.storage import lance_env  # noqa: F401  (first: Lance reads its settings at its first commit)
 
 __version__ = "0.1.0"
 
@@ -108,6 +108,11 @@ __all__ = [
 
 # old module name -> its home; importing the old name gives the module of the new one
 _MOVED = {
+    "lancepart.lance_env": "lancepart.storage.lance_env",
+    "lancepart.lance_io": "lancepart.storage.lance_io",
+    "lancepart.manifest": "lancepart.storage.manifest",
+    "lancepart.table_commit": "lancepart.storage.table_commit",
+    "lancepart.error_mapping": "lancepart.storage.error_mapping",
     "lancepart.spec": "lancepart.model.spec",
     "lancepart.transforms": "lancepart.model.transforms",
     "lancepart.murmur3": "lancepart.model.murmur3",

@@ -290,7 +290,7 @@ def _cmd_alter(args: argparse.Namespace) -> Any:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> Any:
-    from lancepart.manifest import normalize_root
+    from lancepart.storage.manifest import normalize_root
     from lancepart.v1_tables import migrate
 
     root, so = _target(args)
@@ -311,8 +311,8 @@ def _cmd_migrate(args: argparse.Namespace) -> Any:
 
 
 def _cmd_repair(args: argparse.Namespace) -> Any:
-    from lancepart.manifest import normalize_root
     from lancepart.repair import repair_root
+    from lancepart.storage.manifest import normalize_root
 
     root, so = _target(args)
     root = normalize_root(root)
@@ -339,11 +339,11 @@ def _cmd_repair(args: argparse.Namespace) -> Any:
 
 def _cmd_verify(args: argparse.Namespace) -> Any:
     from lancepart.maintenance.verify import verify
-    from lancepart.manifest import normalize_root
+    from lancepart.storage.manifest import normalize_root
 
     root, so = _target(args)
     root = normalize_root(root)
-    from lancepart.error_mapping import file_in_the_way
+    from lancepart.storage.error_mapping import file_in_the_way
 
     if "://" not in root and (blocker := file_in_the_way(root)) is not None:  # a usage error, as elsewhere
         raise InvalidArgumentError(f"{blocker} is a file, not a directory: it cannot be (or hold) the namespace "

@@ -72,7 +72,7 @@ def data_storage_version(metadata: Mapping[str, str]) -> str:
 def namespace_data_storage_version(root: str, storage_options: Mapping[str, str] | None = None) -> str:
     """:func:`data_storage_version` of the latest ``__manifest`` at ``root`` (for a caller that
     does not hold a snapshot of it)."""
-    from lancepart.manifest import Manifest
+    from lancepart.storage.manifest import Manifest
 
     return data_storage_version(Manifest(root, storage_options).dataset().metadata)
 
@@ -85,7 +85,7 @@ def set_data_storage_version(root: str | os.PathLike[str], version: str,
 
     >>> # set_data_storage_version("/data/events", "2.2")
     """
-    from lancepart.manifest import Manifest, ManifestChanges, normalize_root
+    from lancepart.storage.manifest import Manifest, ManifestChanges, normalize_root
 
     value = check_data_storage_version(version)
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lancepart.manifest import Manifest, ManifestSnapshot
     from lancepart.model.spec import PartitionSpec
     from lancepart.results import PartitionInfo
+    from lancepart.storage.manifest import Manifest, ManifestSnapshot
 
 
 class NamespaceHandle(Protocol):

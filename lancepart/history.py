@@ -24,7 +24,8 @@ from typing import Any
 import lance
 
 from lancepart.errors import InvalidArgumentError, NamespaceNotFoundError, SnapshotExpiredError
-from lancepart.manifest import (
+from lancepart.model.ids import SPEC_KEY_PREFIX
+from lancepart.storage.manifest import (
     BATCH_ID_PROPERTY,
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
@@ -33,7 +34,6 @@ from lancepart.manifest import (
     Manifest,
     ManifestSnapshot,
 )
-from lancepart.model.ids import SPEC_KEY_PREFIX
 
 # Lance operations on __manifest that lancepart makes without a label of its own
 # Lance's own operations on __manifest, named for what they are there: a Merge is Lance's add_columns

@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.deprecation import keyword_only
-from lancepart.error_mapping import public_operation
 from lancepart.errors import (
     CorruptNamespaceError,
     InvalidArgumentError,
@@ -30,7 +29,11 @@ from lancepart.errors import (
     NamespaceExistsError,
     NamespaceNotFoundError,
 )
-from lancepart.manifest import (
+from lancepart.model import ids as _ids
+from lancepart.model.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
+from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, VerifyReport
+from lancepart.storage.error_mapping import public_operation
+from lancepart.storage.manifest import (
     Manifest,
     ManifestSnapshot,
     SnapshotGone,
@@ -39,15 +42,12 @@ from lancepart.manifest import (
     normalize_root,
     rows_from_records,
 )
-from lancepart.model import ids as _ids
-from lancepart.model.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
-from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, VerifyReport
 
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = _ids.SPEC_KEY_PREFIX
 _PLAN_CACHE = 64  # scan plans a handle keeps per snapshot (filter -> kept partitions)
 _DATASET_CACHE = 1024  # partition tables a handle keeps open for searches
-# what a failed create or cleanup says instead of "nothing was published" (lancepart.error_mapping)
+# what a failed create or cleanup says instead of "nothing was published" (lancepart.storage.error_mapping)
 _CREATE_OUTCOME = "no partitioned namespace was created (one exists only once its last commit lands)"
 _CLEANUP_OUTCOME = ("cleanup removes only what no retained version needs: what it removed before the error is gone, "
                     "nothing published changed; run it again")
@@ -119,7 +119,7 @@ class PartitionedNamespace:
     """A partitioned namespace rooted at a directory or URI. Every public method raises
     lancepart's typed errors only: what Lance, Arrow or the operating system raise becomes a
     :class:`~lancepart.errors.LancepartError` naming the operation and the root and saying
-    whether anything was published (:func:`lancepart.error_mapping.public_operation`).
+    whether anything was published (:func:`lancepart.storage.error_mapping.public_operation`).
 
     >>> import tempfile, pyarrow as pa
     >>> schema = pa.schema([("id", pa.int64()), ("country", pa.utf8())])

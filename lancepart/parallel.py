@@ -23,7 +23,7 @@ def map_threads(fn: Callable[[T], R], items: Iterable[T], max_workers: int = MAX
     """``[fn(x) for x in items]`` on up to ``max_workers`` threads, in order; the first error
     raised by any call is re-raised after the others finished. Each call runs in a copy of the
     caller's context (:mod:`contextvars`: the operation's opened tables, see
-    :func:`lancepart.lance_io.one_open_per_version`).
+    :func:`lancepart.storage.lance_io.one_open_per_version`).
 
     >>> map_threads(lambda x: x * 2, [1, 2, 3])
     [2, 4, 6]

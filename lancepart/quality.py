@@ -720,7 +720,7 @@ def _check_dependencies(results: Any, engine: str) -> None:
 
 
 def _raise_if_missing_module(error: str, engine: str) -> None:
-    from lancepart.error_mapping import missing_module
+    from lancepart.storage.error_mapping import missing_module
 
     package = missing_module(error)
     if package:

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import CommitConflictError, CorruptNamespaceError
-from lancepart.manifest import (
+from lancepart.storage.manifest import (
     NAMESPACE_WRITER_FLAGS_KEY,
     STANDARD_FIELDS,
     Manifest,

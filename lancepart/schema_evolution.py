@@ -41,7 +41,6 @@ from lancepart.errors import (
     InvalidArgumentError,
     SchemaMismatchError,
 )
-from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot
 from lancepart.model.spec import (
     FIELD_ID_KEY_BYTES,
     _walk,
@@ -51,6 +50,7 @@ from lancepart.model.spec import (
     schema_to_json,
 )
 from lancepart.results import CommitResult
+from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot
 
 log = logging.getLogger("lancepart.schema")
 

@@ -31,10 +31,10 @@ from typing import Any
 import pyarrow as pa
 
 from lancepart.errors import CommitConflictError, CorruptNamespaceError, InvalidSpecError
-from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, metadata_json
 from lancepart.model import ids as _ids
 from lancepart.model.spec import PartitionField, PartitionSpec, field_id_of
 from lancepart.results import EvolveResult
+from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot, metadata_json
 
 log = logging.getLogger("lancepart.evolution")
 

@@ -21,7 +21,7 @@ def table_sizes(uri: str, storage_options: Mapping[str, str] | None = None) -> t
     """``(bytes, versions)`` of one Lance table: every file under it, every version manifest."""
     import pyarrow.compute as pc
 
-    from lancepart.lance_io import open_table
+    from lancepart.storage.lance_io import open_table
 
     so = dict(storage_options) if storage_options else None
     files = open_table(uri, storage_options=so).all_files().read_all()
@@ -35,10 +35,10 @@ def namespace_sizes(ns: NamespaceHandle, progress: Callable[[str], None] | None 
     parallel) and of ``__manifest``, with totals: ``{"rows", "bytes", "versions", "manifest":
     {"bytes", "versions"}, "tables": [PartitionInfo.to_dict() + rows, bytes, versions]}``. A
     declared table that no writer created yet counts zero."""
-    from lancepart.manifest import MANIFEST_DIR, join_uri
     from lancepart.model.ids import check_location
     from lancepart.parallel import map_threads
     from lancepart.read.snapshot import open_published
+    from lancepart.storage.manifest import MANIFEST_DIR, join_uri
 
     so = ns.storage_options
     infos = ns.partitions()

@@ -52,9 +52,9 @@ import pyarrow as pa
 from lance.file import LanceFileSession
 
 from lancepart.errors import ConfigError, CorruptNamespaceError
-from lancepart.lance_io import open_table
-from lancepart.manifest import Manifest, ManifestSnapshot, join_uri, normalize_root, rows_from_records
 from lancepart.model import ids as _ids
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import Manifest, ManifestSnapshot, join_uri, normalize_root, rows_from_records
 
 V1_SUFFIX = ".lance"
 RESERVED_MARKER = ".lance-reserved"

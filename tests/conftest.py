@@ -128,7 +128,7 @@ def manifest_version(root: str) -> int:
     """The latest version of ``__manifest`` at ``root``, read with plain pylance."""
     import lance
 
-    from lancepart.manifest import join_uri
+    from lancepart.storage.manifest import join_uri
 
     return lance.dataset(join_uri(root, "__manifest")).version
 
@@ -138,7 +138,7 @@ def assert_read_versions_only_increase(ns) -> None:
     moves backwards (and at least one table has one, so the check cannot pass vacuously)."""
     import lance
 
-    from lancepart.manifest import join_uri
+    from lancepart.storage.manifest import join_uri
 
     history: dict[str, list[int]] = {}
     ds = lance.dataset(join_uri(ns.root, "__manifest"), storage_options=ns.storage_options)

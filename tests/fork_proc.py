@@ -121,7 +121,7 @@ def main() -> int:
         out["lance_threads"] = lance_threads()
         held, release = threading.Event(), threading.Event()
         if a.mode == "lock-held":
-            from lancepart import lance_io
+            from lancepart.storage import lance_io
 
             def hold() -> None:  # what a thread making the session does for a moment
                 with lance_io._lock:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import lance
 
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 
 HERE = Path(__file__).resolve().parent
 

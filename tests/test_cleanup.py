@@ -23,11 +23,11 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.cleanup import cleanup
-from lancepart.manifest import join_uri
 from lancepart.model import ids
 from lancepart.read.snapshot import scan
 from lancepart.results import PartitionInfo
 from lancepart.spark.write import job_location
+from lancepart.storage.manifest import join_uri
 from lancepart.write.reserve import create_empty_table
 from tests.conftest import EVENTS_SPEC
 from tests.crash_proc import Batch, finish, launch

@@ -18,7 +18,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import ConfigError
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 from lancepart.v1_tables import (
     CompatConfig,
     list_root_tables,

@@ -12,7 +12,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.cli import main
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 from tests.test_indexes import SCHEMA, SPEC, rows
 
 

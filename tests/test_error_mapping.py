@@ -38,8 +38,8 @@ from lancepart.errors import (
     StoragePermissionError,
     StorageReadOnlyError,
 )
-from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
+from lancepart.storage.manifest import join_uri
 from tests.conftest import copy_ns, create_events_ns
 
 HERE = Path(__file__).resolve().parent
@@ -278,7 +278,7 @@ def test_a_package_missing_on_the_executors_is_a_missing_dependency_not_failed_e
 
 
 def test_the_missing_dependency_text_names_the_package():
-    from lancepart.error_mapping import missing_module
+    from lancepart.storage.error_mapping import missing_module
 
     assert missing_module("PythonException: ModuleNotFoundError: No module named 'lancepart.write'") == "lancepart"
     assert missing_module("everything fine") is None
@@ -435,7 +435,7 @@ def test_lances_too_many_concurrent_writers_is_a_retryable_commit_conflict(tmp_p
     the error Lance raises when its own retries against concurrent commits run out. The commit
     loops retry it like any commit conflict, and at a public operation it is CommitConflictError,
     a RetryableError, saying nothing was published."""
-    from lancepart.error_mapping import is_commit_conflict, operation_error
+    from lancepart.storage.error_mapping import is_commit_conflict, operation_error
 
     e = lance_contention_error(tmp_path)
     assert "Too many concurrent writers" in str(e)
@@ -464,7 +464,7 @@ def test_an_unclassified_engine_error_is_typed_and_a_bug_passes_unchanged(tmp_pa
     """The last resort of the operation layer: an error of Lance, Arrow or the OS that no rule
     names becomes EngineError naming the operation and the root (the original as __cause__);
     an error raised by lancepart's own code (a bug) is not disguised."""
-    from lancepart.error_mapping import operation_error
+    from lancepart.storage.error_mapping import operation_error
 
     with pytest.raises(pa.ArrowInvalid) as arrow_error:
         pa.array(["not a number"]).cast(pa.int8())

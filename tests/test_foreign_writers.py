@@ -29,7 +29,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import CorruptNamespaceError, NamespaceNotFoundError
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 
 # the table metadata key Lance's DirectoryNamespace reads its writer feature flags from
 NAMESPACE_WRITER_FLAGS_KEY = "lance.namespace.manifest.writer_feature_flags"
@@ -436,8 +436,8 @@ def test_repair_commit_never_overwrites_a_concurrent_commit(two_days):
     """Issue 11 item 6 (one publish path, no lost commit): the repair's commit replaces the
     schema, which Lance would otherwise rebase over anything; it must fail when another commit
     landed after the snapshot it was computed from, and a rerun then repairs the newer version."""
-    from lancepart.manifest import ManifestConflict
     from lancepart.repair import repair_root
+    from lancepart.storage.manifest import ManifestConflict
 
     root = two_days.root
     unguard(root)
@@ -461,8 +461,8 @@ def test_table_commit_never_adds_a_fragment_the_latest_version_already_holds(tmp
     commit must see that (fragments compared as a multiset, each exactly once) and end with
     every row once; comparing sets let a version with the fragment twice through, and the
     write published its rows twice (found by tests/test_seams.py's mixed load)."""
-    from lancepart.lance_io import write_fragments
-    from lancepart.table_commit import commit_table
+    from lancepart.storage.lance_io import write_fragments
+    from lancepart.storage.table_commit import commit_table
 
     uri = str(tmp_path / "t")
     lance.write_dataset(pa.table({"id": pa.array(range(10), pa.int64())}), uri)

@@ -24,7 +24,7 @@ from lancepart import PartitionedNamespace
 from lancepart.cli import main
 from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.index import declared_indexes, index_state
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 
 HERE = Path(__file__).resolve().parent
 DIM = 16

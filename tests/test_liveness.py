@@ -36,7 +36,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.index import declared_indexes, index_state
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 from tests.test_indexes import SCHEMA, SPEC, rows
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ import random
 import lance
 import pytest
 
-from lancepart import manifest as m
-from lancepart.manifest import Manifest, ManifestChanges, ManifestConflict, manifest_schema, rows_from_records
+from lancepart.storage import manifest as m
+from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestConflict, manifest_schema, rows_from_records
 
 SCHEMA = manifest_schema()
 

@@ -72,8 +72,8 @@ from lancepart.errors import (
     RowsOutsideFilterError,
     SchemaMismatchError,
 )
-from lancepart.manifest import join_uri
 from lancepart.schema_evolution import table_field_ids
+from lancepart.storage.manifest import join_uri
 
 # --------------------------------------------------------------------------- known defects
 #: Defects on main being fixed (issue 21), by name: what each breaks, and how the model keeps away

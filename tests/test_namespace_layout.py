@@ -24,8 +24,8 @@ from lancepart import (
     PartitionSpec,
 )
 from lancepart.errors import CorruptNamespaceError
-from lancepart.manifest import STANDARD_FIELDS
 from lancepart.model.ids import is_valid_namespace_id, partition_ids
+from lancepart.storage.manifest import STANDARD_FIELDS
 from lancepart.write.reserve import reserve_partitions
 
 TABLE_DIR_RE = re.compile(r"^[0-9a-f]{8}_v(\d+)((?:\$[0-9a-z]{16})+)\$dataset$")

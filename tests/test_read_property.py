@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from lancepart import PartitionedNamespace
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 from tests.test_prune import INT32, PROP_SCHEMA, _brute_force, _filter, _gen_rows, _identity, _tf
 
 

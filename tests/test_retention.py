@@ -28,7 +28,7 @@ from lancepart.maintenance.cleanup import (
     retention_floor,
     set_retention_floor,
 )
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 from tests.crash_proc import BLOCK, Batch, finish, launch
 from tests.procs import release, wait_until_reached
 from tests.test_cleanup import backdate, batch, data_files, disk, later, tracked, versions

@@ -18,8 +18,8 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.cli import main
 from lancepart.errors import InvalidArgumentError
-from lancepart.manifest import join_uri
 from lancepart.sample import demo_events
+from lancepart.storage.manifest import join_uri
 from lancepart.write import batches
 from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns, manifest_version
 from tests.procs import run_cli, wait_for_unpublished_versions, write_rows
@@ -256,7 +256,7 @@ def test_new_partition_columns_from_an_evolution_are_null_in_rows_brought_back(n
 def test_rows_of_other_tables_in_the_root_are_left_alone(ns):
     """A foreign tool's root-level table (a directory namespace table, not a partition) is not
     the rollback's to remove."""
-    from lancepart.manifest import ManifestChanges, rows_from_records
+    from lancepart.storage.manifest import ManifestChanges, rows_from_records
 
     n = manifest_version(ns.root)
     lance.write_dataset(pa.table({"a": [1]}), join_uri(ns.root, "foreign_tbl.lance"))

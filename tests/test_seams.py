@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 import pytest
 
 from lancepart.errors import DuplicateKeyError
-from lancepart.manifest import join_uri
 from lancepart.model.spec import field_id_of
 from lancepart.sample import demo_events
+from lancepart.storage.manifest import join_uri
 from lancepart.write import upgrade as schema_upgrade
 from tests.conftest import create_events_ns, manifest_version
 

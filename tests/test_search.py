@@ -15,7 +15,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
-from lancepart.manifest import join_uri
+from lancepart.storage.manifest import join_uri
 from tests.conftest import copy_ns
 
 DIM = 16

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from lancepart.manifest import ManifestConflict
 from lancepart.spark.tasks import run_on_executors, task_count
+from lancepart.storage.manifest import ManifestConflict
 
 
 def test_task_count_groups_tables_into_about_four_tasks_per_core():

@@ -10,7 +10,7 @@ Table versions: Lance commits an index build, ``optimize_indices`` and ``drop_in
 *latest* version of a table, whatever version the dataset was opened at, so a build on the
 published version would carry another job's unpublished fragments along. :func:`apply_on_exact`
 therefore makes the latest version hold exactly the published fragments first (the table
-commit loop of :func:`lancepart.table_commit.commit_exactly`), runs the index operation on it,
+commit loop of :func:`lancepart.storage.table_commit.commit_exactly`), runs the index operation on it,
 and keeps the version made only if its fragments are still exactly those (else goes round).
 """
 
@@ -32,9 +32,9 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from lancepart.errors import CommitConflictError, InvalidArgumentError, SchemaMismatchError
-from lancepart.lance_io import open_table
-from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, is_commit_conflict
-from lancepart.table_commit import _ident, commit_exactly, file_path
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import LanceCommitConflictError, backoff, commit_lock, is_commit_conflict
+from lancepart.storage.table_commit import _ident, commit_exactly, file_path
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle

@@ -66,7 +66,7 @@ Guards that hold for every deletion, whatever ``older_than`` and the override sa
   under a short retention such versions of killed jobs go once they are older than the
   floor, or as soon as a later publish supersedes them. And so does the version right
   before a commit that dropped fragments nobody published (a concurrent writer's commit on
-  the published version, :data:`~lancepart.table_commit.DROPS_UNPUBLISHED`): their writer
+  the published version, :data:`~lancepart.storage.table_commit.DROPS_UNPUBLISHED`): their writer
   puts the same files back when it goes again on the newer ``__manifest``.
 
 Races with live writers, and why they are safe when ``older_than`` exceeds the longest
@@ -139,7 +139,6 @@ import pyarrow.compute as pc
 from lance.file import LanceFileSession
 
 from lancepart.durations import parse_duration
-from lancepart.error_mapping import table_failure
 from lancepart.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -148,13 +147,14 @@ from lancepart.errors import (
     UnsafeRetentionError,
     without_source_locations,
 )
-from lancepart.lance_io import open_table
-from lancepart.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri, normalize_root
 from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.repair import ensure_intact
 from lancepart.results import CleanupStats
-from lancepart.table_commit import DROPS_UNPUBLISHED
+from lancepart.storage.error_mapping import table_failure
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri, normalize_root
+from lancepart.storage.table_commit import DROPS_UNPUBLISHED
 from lancepart.write.batches import prepare_for_cleanup
 
 log = logging.getLogger("lancepart.cleanup")
@@ -251,7 +251,7 @@ _clock = time.time  # the time a cleanup runs at (a test runs one "two hours lat
 
 def _drops_unpublished(ds: lance.LanceDataset, version: int) -> bool:
     """Whether version ``version`` of the table is a commit that dropped fragments nobody
-    published (:data:`~lancepart.table_commit.DROPS_UNPUBLISHED`); True when its transaction
+    published (:data:`~lancepart.storage.table_commit.DROPS_UNPUBLISHED`); True when its transaction
     cannot be read (keeping a version a moment longer is the safe side)."""
     try:
         tx = ds.read_transaction(version)
@@ -607,7 +607,7 @@ class _Run:
           at once by a concurrent writer's, and the publish check of its files runs before the
           commit);
         * the version right before a commit that dropped fragments nobody published
-          (:data:`~lancepart.table_commit.DROPS_UNPUBLISHED`: a concurrent writer's commit on
+          (:data:`~lancepart.storage.table_commit.DROPS_UNPUBLISHED`: a concurrent writer's commit on
           the published version removes them): their writer puts the same files back when it
           goes again on the newer ``__manifest``, and its file check can pass a moment before
           this cleanup deletes them."""

@@ -13,7 +13,7 @@ Three phases, engine-agnostic (Spark runs the middle one on executors, :mod:`lan
    ``read_version`` and write new fragments (deleted rows materialised). Nothing is committed,
    so a rewrite that dies leaves only unreferenced files;
 3. **commit + publish** (driver): each table gets one new version whose fragments are exactly
-   ``(published − rewritten) ∪ new`` (:func:`lancepart.table_commit.commit_table`), and one
+   ``(published − rewritten) ∪ new`` (:func:`lancepart.storage.table_commit.commit_table`), and one
    ``__manifest`` commit moves all their ``read_version``. Versions beyond ``read_version``
    (fragments of a live or dead writer) are never published by a compaction.
 
@@ -43,17 +43,17 @@ from lance.fragment import FragmentMetadata
 from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
 from lancepart import faults
-from lancepart.error_mapping import table_failure as describe_failure
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations, index_state
-from lancepart.lance_io import open_table
-from lancepart.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
 from lancepart.results import CommitResult, PartitionInfo
 from lancepart.schema_evolution import columns_of
-from lancepart.table_commit import _ident, commit_table
+from lancepart.storage.error_mapping import table_failure as describe_failure
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import Manifest, ManifestSnapshot, join_uri
+from lancepart.storage.table_commit import _ident, commit_table
 from lancepart.write.publish import LeaveOut, Made, TableChange, publish_changes
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ which the filter is TRUE (evaluated exactly, by DataFusion, as reads evaluate it
 deletion files; the table version committed for it holds exactly the published fragments, the
 touched ones with their new deletion file and the ones left with no row removed. Versions
 beyond ``read_version`` belong to other jobs' unpublished work and never leak into ours (the
-same rule as a write's table commit, :mod:`lancepart.table_commit`). Then ONE ``__manifest``
+same rule as a write's table commit, :mod:`lancepart.storage.table_commit`). Then ONE ``__manifest``
 commit moves ``read_version`` of every changed table: all partitions or none.
 
 A partition the filter covers entirely, as the strict projection of drop_partitions proves it
@@ -35,13 +35,13 @@ from lancepart.errors import (
     InvalidFilterError,
     PartitionPinnedError,
 )
-from lancepart.manifest import (
+from lancepart.read.manifest_query import entire_tables
+from lancepart.results import CommitResult
+from lancepart.storage.manifest import (
     PARTITIONS_PROPERTY,
     ROWS_REMOVED_PROPERTY,
     ManifestSnapshot,
 )
-from lancepart.read.manifest_query import entire_tables
-from lancepart.results import CommitResult
 from lancepart.write.deletions import ApplyTables, delete_in_table
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 

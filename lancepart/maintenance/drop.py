@@ -31,10 +31,10 @@ import numpy as np
 import pyarrow as pa
 
 from lancepart.errors import InvalidFilterError
-from lancepart.manifest import ManifestSnapshot
 from lancepart.model import ids as _ids
 from lancepart.read.manifest_query import matching_tables
 from lancepart.results import CommitResult
+from lancepart.storage.manifest import ManifestSnapshot
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle

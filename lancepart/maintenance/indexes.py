@@ -34,12 +34,12 @@ from lancepart.index import (
     declarations,
     make_declaration,
 )
-from lancepart.lance_io import open_table
-from lancepart.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
 from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY, columns_of
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
 if TYPE_CHECKING:

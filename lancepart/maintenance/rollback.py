@@ -5,7 +5,7 @@
 
 * a partition table that N pinned at version V and that now reads otherwise gets a new table
   version whose fragments are exactly V's (``Restore(V)`` on its latest version, then foreign
-  fragments removed: :func:`lancepart.table_commit.commit_exactly`), and ``read_version`` moves
+  fragments removed: :func:`lancepart.storage.table_commit.commit_exactly`), and ``read_version`` moves
   *forward* to it, so published table versions only ever increase and a writer holding the
   old ``read_version`` rebases as after any publish;
 * a partition table whose published version already holds exactly the fragments and schema of
@@ -48,13 +48,13 @@ from lance import LanceOperation
 from lancepart import faults
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
 from lancepart.history import retained_versions, snapshot_at
-from lancepart.lance_io import open_table
 from lancepart.maintenance.drop import _without
-from lancepart.manifest import ManifestSnapshot, is_not_found, join_uri, set_read_versions
 from lancepart.model import ids as _ids
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.table_commit import _ident, commit_exactly
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import ManifestSnapshot, is_not_found, join_uri, set_read_versions
+from lancepart.storage.table_commit import _ident, commit_exactly
 from lancepart.write import batches
 
 if TYPE_CHECKING:

@@ -43,14 +43,14 @@ import pyarrow.compute as pc
 
 from lancepart.errors import LancepartError, NamespaceNotFoundError, UnsafeLocationError
 from lancepart.index import IndexDeclaration, declarations, index_state
-from lancepart.lance_io import open_table
-from lancepart.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
 from lancepart.model.ids import SPEC_KEY_PREFIX, check_location
 from lancepart.model.spec import FIELD_ID_KEY_BYTES, PartitionSpec, field_id_of
 from lancepart.model.transforms import losslessly_castable
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo, Problem, VerifyReport
 from lancepart.schema_evolution import MAX_FIELD_ID_KEY, conform, is_current, source_columns, table_field_ids
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle
@@ -260,8 +260,8 @@ def check_unpublished(root: str, info: PartitionInfo, so: Mapping[str, str] | No
     commit on the table leaves them out, and cleanup deletes their files (docs/foreign-writers.md).
     lancepart's own unpublished versions (a job that died, one still running) are not reported:
     its commits to an existing table are updates, never appends
-    (:func:`~lancepart.table_commit.foreign_versions`)."""
-    from lancepart.table_commit import foreign_versions
+    (:func:`~lancepart.storage.table_commit.foreign_versions`)."""
+    from lancepart.storage.table_commit import foreign_versions
 
     latest = open_table(join_uri(root, info.location), storage_options=dict(so) if so else None)
     if latest.version <= (info.read_version or 0):

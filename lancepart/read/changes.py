@@ -50,8 +50,8 @@ from lancepart.errors import (
     LancepartError,
     SnapshotExpiredError,
 )
-from lancepart.manifest import MERGE_KEYS_PROPERTY, OPERATION_PROPERTY, Manifest, join_uri
 from lancepart.results import PartitionInfo
+from lancepart.storage.manifest import MERGE_KEYS_PROPERTY, OPERATION_PROPERTY, Manifest, join_uri
 
 CHANGE_COLUMNS = [
     pa.field("_change_type", pa.utf8(), nullable=False),
@@ -176,8 +176,8 @@ class _TableReader:
              without: pa.Array | None = None) -> pa.Table:
         """The live rows of ``frags`` (all when None); with ``only``, those at these row
         addresses; with ``without``, those not at these."""
-        from lancepart.error_mapping import storage_errors
         from lancepart.schema_evolution import conform
+        from lancepart.storage.error_mapping import storage_errors
 
         if self.ds is None or (frags is not None and not frags):
             return self.read_schema.empty_table()

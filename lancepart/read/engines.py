@@ -29,8 +29,8 @@ from typing import Any
 import pyarrow as pa
 
 from lancepart.arguments import check_instance, check_text, invalid
-from lancepart.error_mapping import operation_error
 from lancepart.errors import InvalidArgumentError, MissingDependencyError
+from lancepart.storage.error_mapping import operation_error
 
 
 def require(module: str, extra: str) -> Any:

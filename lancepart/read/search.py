@@ -32,12 +32,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.arguments import check_columns, check_int, check_text, invalid
-from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError
-from lancepart.manifest import join_uri
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import apply_filter, open_published
 from lancepart.results import PartitionInfo
+from lancepart.storage.error_mapping import storage_errors
+from lancepart.storage.manifest import join_uri
 
 log = logging.getLogger("lancepart.read")
 

@@ -23,13 +23,13 @@ import lance
 import pyarrow as pa
 
 from lancepart.arguments import check_columns, check_int
-from lancepart.error_mapping import storage_errors, typed_error, unreadable_file
 from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
-from lancepart.lance_io import open_table
-from lancepart.manifest import is_not_found, join_uri
 from lancepart.model.ids import check_location
 from lancepart.parallel import MAX_WORKERS, stream_in_order
 from lancepart.results import PartitionInfo
+from lancepart.storage.error_mapping import storage_errors, typed_error, unreadable_file
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import is_not_found, join_uri
 
 log = logging.getLogger("lancepart.read")
 

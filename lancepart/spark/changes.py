@@ -129,8 +129,8 @@ class LancepartStreamReader(DataSourceStreamReader):
         self.start = _int_option(self.options, "startingVersion", None, 1)
 
     def _latest(self) -> int:
-        from lancepart.manifest import Manifest, normalize_root
         from lancepart.spark.options import storage_options
+        from lancepart.storage.manifest import Manifest, normalize_root
 
         return Manifest(normalize_root(self.root), storage_options(self.options)).latest_version()
 
@@ -172,8 +172,8 @@ class LancepartStreamReader(DataSourceStreamReader):
     def _expired(self, e: SnapshotExpiredError) -> SnapshotExpiredError:
         """``e``, and where this stream can go on from: the oldest retained ``__manifest`` version."""
         from lancepart.history import retained_versions
-        from lancepart.manifest import Manifest, normalize_root
         from lancepart.spark.options import storage_options
+        from lancepart.storage.manifest import Manifest, normalize_root
 
         manifest = Manifest(normalize_root(self.root), storage_options(self.options))
         try:

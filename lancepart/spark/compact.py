@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lancepart.deprecation import keyword_only
-from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.compact import (
     DEFAULT_DELETIONS_THRESHOLD,
@@ -33,6 +32,7 @@ from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import Task, run_on_executors
+from lancepart.storage.error_mapping import public_operation
 
 log = logging.getLogger("lancepart.spark")
 

@@ -70,7 +70,6 @@ from pyspark.sql.datasource import (
 )
 
 from lancepart.errors import InvalidArgumentError, LancepartError, NamespaceExistsError
-from lancepart.manifest import normalize_root
 from lancepart.results import CommitResult
 from lancepart.spark.options import OPTIONS as OPTIONS  # re-exported: the data source's own options
 from lancepart.spark.options import SPARK_OPTIONS as SPARK_OPTIONS
@@ -78,6 +77,7 @@ from lancepart.spark.options import _int_option, _latest_version, _open, _root, 
 from lancepart.spark.registry import NAME, data_source
 from lancepart.spark.registry import PUSHDOWN_CONF as PUSHDOWN_CONF  # re-exported
 from lancepart.spark.registry import register as register  # re-exported: docs and users call it here
+from lancepart.storage.manifest import normalize_root
 
 log = logging.getLogger("lancepart")
 
@@ -245,9 +245,9 @@ def _write_fragments(plan: _WritePlan, batches: Iterator[pa.RecordBatch], existi
 def _publish(plan: _WritePlan, messages, *, mode: str, batch_id: str | None,
              phases: dict[str, Any]) -> CommitResult:
     """Driver side: lps.write's own tail with the spec and schema the tasks wrote with."""
-    from lancepart.manifest import Manifest
     from lancepart.model.spec import PartitionSpec
     from lancepart.spark.write import publish_fragments
+    from lancepart.storage.manifest import Manifest
 
     rows = [r for m in messages if m is not None for r in m.rows]
     spec = PartitionSpec.from_json(plan.spec_json)

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lancepart.deprecation import keyword_only
-from lancepart.error_mapping import public_operation
 from lancepart.maintenance.delete import delete as _delete
 from lancepart.model.spec import schema_to_json
 from lancepart.namespace import PartitionedNamespace
@@ -25,6 +24,7 @@ from lancepart.results import CommitResult
 from lancepart.schema_evolution import with_legacy_ids
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import Task, commit_or_conflict, run_on_executors
+from lancepart.storage.error_mapping import public_operation
 from lancepart.write.deletions import TableDelete, TableTodo
 
 log = logging.getLogger("lancepart.spark")

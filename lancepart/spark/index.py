@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lancepart.deprecation import keyword_only
-from lancepart.error_mapping import public_operation
 from lancepart.maintenance.indexes import ApplyTables, TableTodo
 from lancepart.maintenance.indexes import create_index as _create_index
 from lancepart.maintenance.indexes import drop_index as _drop_index
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.spark.tasks import Task, commit_or_conflict, run_on_executors
+from lancepart.storage.error_mapping import public_operation
 
 log = logging.getLogger("lancepart.spark")
 

@@ -25,7 +25,6 @@ from typing import Any
 import pyarrow as pa
 
 from lancepart.deprecation import keyword_only
-from lancepart.error_mapping import public_operation
 from lancepart.namespace import PartitionedNamespace
 from lancepart.read.spj import (
     JoinPlan,
@@ -48,6 +47,7 @@ from lancepart.spark.read import (
 )
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
+from lancepart.storage.error_mapping import public_operation
 
 log = logging.getLogger("lancepart.spark")
 

@@ -29,8 +29,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart.error_mapping import public_operation
-from lancepart.manifest import ManifestSnapshot
 from lancepart.model.spec import schema_to_json
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
@@ -47,6 +45,8 @@ from lancepart.spark.write import (
     existing_tables,
     table_writes,
 )
+from lancepart.storage.error_mapping import public_operation
+from lancepart.storage.manifest import ManifestSnapshot
 from lancepart.write.create import create_tables
 from lancepart.write.merge import (
     Deletions,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
-from lancepart.manifest import normalize_root
+from lancepart.storage.manifest import normalize_root
 
 # options the data source reads itself; every other one is a storage option (Spark lower-cases keys)
 OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file", "version", "split_rows", "spec",
@@ -71,7 +71,7 @@ def _latest_version(options: Mapping[str, str]) -> int | None:
     ``path`` (a catalog table), with option ``version`` (it names the version) or when there is
     no namespace yet (a write creating it; a read says so when Spark asks for the schema)."""
     from lancepart.errors import NamespaceNotFoundError
-    from lancepart.manifest import Manifest
+    from lancepart.storage.manifest import Manifest
 
     if not options.get("path") or options.get("version") is not None:
         return None

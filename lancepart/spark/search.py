@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.read import search as _search
 from lancepart.spark.read import arrow_schema_for, conform, info_from_json, info_to_json, spark_schema, task_frame
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
+from lancepart.storage.error_mapping import public_operation
 
 PART, ROW_ID, DISTANCE, RANK = "_part", "_rowid", "_distance", "rank"
 

@@ -57,7 +57,7 @@ def get_session(app_name: str = "lancepart", conf: Mapping[str, Any] | None = No
     # lancepart's Lance settings for every Python worker, unless the config or spark-submit --conf sets them
     from pyspark import SparkConf
 
-    from lancepart import lance_env
+    from lancepart.storage import lance_env
 
     for name in lance_env.DEFAULTS:
         key = f"spark.executorEnv.{name}"

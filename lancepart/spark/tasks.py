@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from lancepart import lance_env
-from lancepart.error_mapping import task_error
-from lancepart.manifest import ManifestConflict
 from lancepart.spark.workers import check_workers
+from lancepart.storage import lance_env
+from lancepart.storage.error_mapping import task_error
+from lancepart.storage.manifest import ManifestConflict
 
 # What runs on an executor for one table: its item (JSON) and the storage options in, a JSON answer out.
 Task = Callable[[str, dict[str, str] | None], str]
@@ -106,7 +106,7 @@ def run_on_executors(spark, storage_options: Mapping[str, str] | None, items: Se
     (storage options shipped as a broadcast, a lancepart error of a task re-raised as itself).
     An answer ``{"conflict": message}`` (:func:`commit_or_conflict`: the published version a
     table commit built on was removed by a cleanup and ``__manifest`` moved on) raises
-    :class:`~lancepart.manifest.ManifestConflict`, so the driver rebases. ``phases`` counts the
+    :class:`~lancepart.storage.manifest.ManifestConflict`, so the driver rebases. ``phases`` counts the
     job in ``spark_jobs``, its tasks in ``spark_tasks`` and its wall time in ``tables_s``.
     No items: no job, no answers.
 
@@ -136,8 +136,8 @@ def commit_or_conflict(root: str, storage_options: Mapping[str, str] | None, sna
     """On an executor: ``commit`` one table on its published version ``base`` through
     :func:`lancepart.write.guard.commit_on_published` and return ``answer`` of what it returned;
     ``{"conflict": message}`` instead when the driver must rebase (:func:`run_on_executors`
-    raises it there as :class:`~lancepart.manifest.ManifestConflict`)."""
-    from lancepart.manifest import Manifest
+    raises it there as :class:`~lancepart.storage.manifest.ManifestConflict`)."""
+    from lancepart.storage.manifest import Manifest
     from lancepart.write.guard import commit_on_published
 
     try:

@@ -36,16 +36,16 @@ import pyarrow as pa
 
 from lancepart import faults
 from lancepart.deprecation import keyword_only
-from lancepart.error_mapping import public_operation
 from lancepart.errors import InvalidArgumentError
 from lancepart.file_format import data_storage_version
-from lancepart.manifest import join_uri
 from lancepart.model.ids import check_location
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, spark_action
 from lancepart.spark.workers import check_workers
+from lancepart.storage.error_mapping import public_operation
+from lancepart.storage.manifest import join_uri
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_tables
 from lancepart.write.local import check_mode
@@ -97,10 +97,10 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
     namespace's, read when the task first writes a new table; docs/file-format.md)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from lancepart.error_mapping import storage_errors
-        from lancepart.manifest import Manifest
         from lancepart.model.spec import PartitionSpec
         from lancepart.parallel import map_threads
+        from lancepart.storage.error_mapping import storage_errors
+        from lancepart.storage.manifest import Manifest
         from lancepart.write.create import write_new_fragments
         from lancepart.write.plan import conform, group_rows, partition_values
         from lancepart.write.upgrade import append_fragments

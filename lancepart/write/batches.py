@@ -45,9 +45,10 @@ import pyarrow.compute as pc
 
 from lancepart.durations import parse_duration
 from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
-from lancepart.lance_io import open_table
-from lancepart.manifest import BATCH_ID_PROPERTY as BATCH_ID_PROPERTY  # re-exported
-from lancepart.manifest import (
+from lancepart.parallel import map_threads
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import BATCH_ID_PROPERTY as BATCH_ID_PROPERTY  # re-exported
+from lancepart.storage.manifest import (
     Manifest,
     ManifestChanges,
     ManifestSnapshot,
@@ -57,7 +58,6 @@ from lancepart.manifest import (
     is_not_found,
     join_uri,
 )
-from lancepart.parallel import map_threads
 
 log = logging.getLogger("lancepart.write")
 T = TypeVar("T")

@@ -24,12 +24,12 @@ from lancepart.errors import (
     InvalidFilterError,
     LancepartError,
 )
-from lancepart.lance_io import open_table
-from lancepart.manifest import (
+from lancepart.model.ids import check_location
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import (
     join_uri,
 )
-from lancepart.model.ids import check_location
-from lancepart.table_commit import _ident, commit_exactly
+from lancepart.storage.table_commit import _ident, commit_exactly
 
 log = logging.getLogger("lancepart.maintenance")
 _ADDR = "_rowaddr"
@@ -122,7 +122,7 @@ def commit_deletions(uri: str, base_version: int, updated: Sequence[FragmentMeta
                      storage_options: Mapping[str, str] | None = None, max_attempts: int = 40) -> int:
     """Commit, on top of ``base_version``, the version whose fragments are exactly the base's with
     ``updated`` (same ids, a new deletion file) in place of theirs and without ``removed_ids``
-    (every row deleted); return it. Like :func:`lancepart.table_commit.commit_table`: a base
+    (every row deleted); return it. Like :func:`lancepart.storage.table_commit.commit_table`: a base
     fragment missing or altered in the latest version is restored first, foreign fragments are
     removed, and the version made is checked to be exactly that."""
     so = dict(storage_options) if storage_options else None

@@ -15,7 +15,7 @@ published (docs/retention.md):
   builds on is gone, the job rebases on the newer ``__manifest`` if there is one (a cleanup
   removed a version that is no longer published), else fails with a typed error naming the
   table; any other storage or decoding error of the table (a full disk, a truncated data file)
-  becomes its typed error naming the table and the file (:func:`lancepart.error_mapping.table_error`).
+  becomes its typed error naming the table and the file (:func:`lancepart.storage.error_mapping.table_error`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any
 from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata
 
-from lancepart.error_mapping import table_error
 from lancepart.errors import DataFilesMissingError
-from lancepart.lance_io import open_table
-from lancepart.manifest import Manifest, ManifestConflict, is_not_found, join_uri
 from lancepart.parallel import map_threads
-from lancepart.table_commit import file_path
+from lancepart.storage.error_mapping import table_error
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import Manifest, ManifestConflict, is_not_found, join_uri
+from lancepart.storage.table_commit import file_path
 
 
 def _local_path(uri: str) -> str | None:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lancepart import faults
-from lancepart.error_mapping import storage_errors
 from lancepart.errors import InvalidArgumentError, SchemaChangedError
 from lancepart.file_format import data_storage_version
 from lancepart.model import ids as _ids
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
+from lancepart.storage.error_mapping import storage_errors
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
@@ -60,7 +60,7 @@ SCHEMA_ATTEMPTS = 3
 
 def write_local(*args, **kwargs) -> CommitResult:
     """:func:`_write_local` with storage errors typed: a full disk, a refused directory or a root
-    that is a file name the namespace root (:mod:`lancepart.error_mapping`). A table in memory
+    that is a file name the namespace root (:mod:`lancepart.storage.error_mapping`). A table in memory
     whose write met a concurrent schema change (:class:`SchemaChangedError`: nothing was
     committed) is written again on the new schema; a stream cannot be replayed: the error reaches
     the caller."""

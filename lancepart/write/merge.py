@@ -18,7 +18,7 @@ Both are a *change*: evaluated on one ``__manifest`` snapshot, it is
 
 Each touched table then gets ONE Lance version (``LanceOperation.Update`` with the updated
 fragments, the fragments whose every row goes removed, and the new fragments) on top of its
-published version, built by :func:`lancepart.table_commit.commit_exactly` like every table
+published version, built by :func:`lancepart.storage.table_commit.commit_exactly` like every table
 commit, and one ``__manifest`` commit moves every ``read_version`` and adds the new partitions.
 
 Conflicts: the ``__manifest`` commit is optimistic. When it conflicts, the new snapshot is
@@ -61,8 +61,16 @@ from lancepart.errors import (
     SchemaChangedError,
 )
 from lancepart.file_format import data_storage_version
-from lancepart.lance_io import open_table
-from lancepart.manifest import (
+from lancepart.model import ids as _ids
+from lancepart.model import transforms
+from lancepart.model.ids import check_location
+from lancepart.model.keys import comparable_keys as comparable_keys  # re-exported
+from lancepart.model.keys import key_values as key_values  # re-exported
+from lancepart.model.spec import PartitionField, PartitionSpec, field_id_of
+from lancepart.parallel import map_threads
+from lancepart.results import CommitResult
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import (
     MERGE_KEYS_PROPERTY,
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
@@ -74,15 +82,7 @@ from lancepart.manifest import (
     backoff,
     join_uri,
 )
-from lancepart.model import ids as _ids
-from lancepart.model import transforms
-from lancepart.model.ids import check_location
-from lancepart.model.keys import comparable_keys as comparable_keys  # re-exported
-from lancepart.model.keys import key_values as key_values  # re-exported
-from lancepart.model.spec import PartitionField, PartitionSpec, field_id_of
-from lancepart.parallel import map_threads
-from lancepart.results import CommitResult
-from lancepart.table_commit import _ident, check_fields, commit_exactly
+from lancepart.storage.table_commit import _ident, check_fields, commit_exactly
 from lancepart.write import batches
 from lancepart.write.create import NewTables, create_table_with
 from lancepart.write.guard import commit_on_published
@@ -177,7 +177,7 @@ def commit_change(uri: str, base_version: int | None, updated: Sequence[Fragment
     """Commit, on top of ``base_version``, ONE version whose fragments are the base's with
     ``updated`` (same ids, a new deletion file) in their place, without ``removed_ids``, plus
     ``new_fragments``; return it. The loop and its guarantees are
-    :func:`lancepart.table_commit.commit_exactly`'s (foreign fragments removed, the base restored
+    :func:`lancepart.storage.table_commit.commit_exactly`'s (foreign fragments removed, the base restored
     first when an unpublished commit altered it, the version made checked to be exactly that).
 
     >>> # commit_change(uri, 4, [frag_with_deletions], [7], new_frags)   # -> 5
@@ -722,8 +722,8 @@ def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str |
 
     >>> # replace_where(ns, day_rows, "event_date = DATE '2025-12-10'").details["rows_deleted"]
     """
-    from lancepart.error_mapping import table_errors
     from lancepart.read.manifest_query import entire_tables, prune
+    from lancepart.storage.error_mapping import table_errors
     from lancepart.write.deletions import deletion_files, matching_addresses
 
     if options:

@@ -4,7 +4,7 @@ that moves ``read_version`` of all of them (spec "Transaction / Commit Behavior"
 overwrite, replace-where, merge, delete, compaction, index builds, schema upgrades) builds a
 :class:`TableChange` per table and hands the list to :func:`publish_changes`.
 
-The manifest commit is optimistic (see :mod:`lancepart.manifest`). Its mutation is the
+The manifest commit is optimistic (see :mod:`lancepart.storage.manifest`). Its mutation is the
 rebase: on every attempt it re-reads each touched table's published version from the
 snapshot; a table whose published version is no longer the one our table commit was
 based on (a concurrent job published first, or restored our version away) is committed
@@ -30,7 +30,6 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from lancepart import faults
-from lancepart.error_mapping import table_failure
 from lancepart.errors import (
     CommitConflictError,
     CorruptNamespaceError,
@@ -40,7 +39,12 @@ from lancepart.errors import (
     PartitionPinnedError,
 )
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations
-from lancepart.manifest import (
+from lancepart.model.ids import check_location
+from lancepart.parallel import map_threads
+from lancepart.results import CommitResult
+from lancepart.schema_evolution import columns_of
+from lancepart.storage.error_mapping import table_failure
+from lancepart.storage.manifest import (
     OPERATION_PROPERTY,
     PARTITIONS_PROPERTY,
     ROWS_PROPERTY,
@@ -51,11 +55,7 @@ from lancepart.manifest import (
     is_not_found,
     join_uri,
 )
-from lancepart.model.ids import check_location
-from lancepart.parallel import map_threads
-from lancepart.results import CommitResult
-from lancepart.schema_evolution import columns_of
-from lancepart.table_commit import commit_table
+from lancepart.storage.table_commit import commit_table
 from lancepart.write import batches
 from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.reserve import remove_table_dir

@@ -28,11 +28,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart import lance_io
 from lancepart.errors import CorruptTableError
 from lancepart.file_format import data_storage_version
-from lancepart.lance_io import open_table
-from lancepart.manifest import (
+from lancepart.model import ids as _ids
+from lancepart.model.spec import PartitionSpec
+from lancepart.parallel import map_threads
+from lancepart.storage import lance_io
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import (
     LOOKUP_LIMIT,
     Manifest,
     ManifestChanges,
@@ -42,9 +45,6 @@ from lancepart.manifest import (
     join_uri,
     metadata_json,
 )
-from lancepart.model import ids as _ids
-from lancepart.model.spec import PartitionSpec
-from lancepart.parallel import map_threads
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,6 @@ from lance import LanceOperation
 
 from lancepart.errors import CommitConflictError, SchemaChangedError
 from lancepart.file_format import table_data_storage_version
-from lancepart.lance_io import open_table, unsliced
-from lancepart.manifest import LanceCommitConflictError, Manifest, backoff
 from lancepart.model.spec import field_id_of, schema_from_json
 from lancepart.schema_evolution import (
     MAX_FIELD_ID_KEY,
@@ -31,6 +29,8 @@ from lancepart.schema_evolution import (
     table_field_ids,
     table_schema,
 )
+from lancepart.storage.lance_io import open_table, unsliced
+from lancepart.storage.manifest import LanceCommitConflictError, Manifest, backoff
 
 log = logging.getLogger("lancepart.schema")
 
@@ -53,7 +53,7 @@ def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa
 
     >>> # append_fragments(manifest, oid, "3f9a0c1e_v1$...$dataset", rows, ns.schema, published=4)
     """
-    from lancepart.manifest import join_uri
+    from lancepart.storage.manifest import join_uri
 
     so = dict(manifest.storage_options) if manifest.storage_options else None
     uri = join_uri(manifest.root, location)
@@ -94,8 +94,8 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
     """The table at ``uri`` brought to ``schema`` on top of version ``published`` (versions
     beyond it are nobody's published work: restored past first); the version made, or None
     when a concurrent commit got in the way (go round again)."""
-    from lancepart.manifest import is_commit_conflict
-    from lancepart.table_commit import DROPS_UNPUBLISHED, rows_held
+    from lancepart.storage.manifest import is_commit_conflict
+    from lancepart.storage.table_commit import DROPS_UNPUBLISHED, rows_held
 
     held = rows_held(open_table(uri, version=published, storage_options=so))
     try:
@@ -142,8 +142,8 @@ def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max
     they are not upgraded one commit each). A table another commit got in the way of is left
     as it is: :func:`append_fragments` upgrades it alone. Returns ``{object_id: version
     published}`` of the tables upgraded. Nothing is opened when the schema never changed."""
-    from lancepart.manifest import join_uri
     from lancepart.parallel import map_threads
+    from lancepart.storage.manifest import join_uri
 
     if not tables:
         return {}
@@ -188,7 +188,7 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
     that schema. A table whose ``read_version`` moved
     meanwhile (a concurrent write published) is redone on the new published version; a schema
     change meanwhile makes it bring the table to that one."""
-    from lancepart.manifest import join_uri
+    from lancepart.storage.manifest import join_uri
 
     so = dict(manifest.storage_options) if manifest.storage_options else None
     uri = join_uri(manifest.root, location)

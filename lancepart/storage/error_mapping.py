@@ -69,7 +69,7 @@ from lancepart.errors import (
     StorageUnavailableError,
     without_source_locations,
 )
-from lancepart.lance_io import one_open_per_version, open_table, refuse_if_forked
+from lancepart.storage.lance_io import one_open_per_version, open_table, refuse_if_forked
 
 F = TypeVar("F", bound=Callable[..., Any])
 

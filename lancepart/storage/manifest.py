@@ -41,14 +41,6 @@ from lance import LanceOperation
 # loaded, an `except lance.commit.CommitConflictError` clause fails on any other error reaching it.
 from lance.commit import CommitConflictError as LanceCommitConflictError
 
-# the classifiers live in lancepart.error_mapping; imported from here by the commit loops too
-from lancepart.error_mapping import (
-    is_commit_conflict,
-    is_not_found,
-    note_commit,
-    storage_problem,
-    typed_error,
-)
 from lancepart.errors import (
     CommitConflictError,
     CorruptNamespaceError,
@@ -56,8 +48,17 @@ from lancepart.errors import (
     NamespaceNotFoundError,
     SnapshotExpiredError,
 )
-from lancepart.lance_io import open_table
 from lancepart.redact import register as register_secrets
+
+# the classifiers live in lancepart.storage.error_mapping; imported from here by the commit loops too
+from lancepart.storage.error_mapping import (
+    is_commit_conflict,
+    is_not_found,
+    note_commit,
+    storage_problem,
+    typed_error,
+)
+from lancepart.storage.lance_io import open_table
 
 MANIFEST_DIR = "__manifest"
 

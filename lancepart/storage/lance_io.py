@@ -135,7 +135,7 @@ def _so(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
 @contextmanager
 def one_open_per_version() -> Iterator[None]:
     """Within it (one operation: every public operation runs in one, see
-    :mod:`lancepart.error_mapping`), a table opened at a known version with ``reuse=True`` is
+    :mod:`lancepart.storage.error_mapping`), a table opened at a known version with ``reuse=True`` is
     opened once and the same dataset is handed to every later such :func:`open_table` of that
     version, on any thread of :func:`lancepart.parallel.map_threads`: an open at a version costs
     a request even when the session has its manifest. A version is immutable; what can change

@@ -27,8 +27,8 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import CommitConflictError, FragmentsGoneError, SchemaChangedError
-from lancepart.lance_io import open_table
-from lancepart.manifest import LanceCommitConflictError, backoff, commit_lock, is_commit_conflict, join_uri
+from lancepart.storage.lance_io import open_table
+from lancepart.storage.manifest import LanceCommitConflictError, backoff, commit_lock, is_commit_conflict, join_uri
 
 Ident = tuple[frozenset[str], tuple[int, int] | None]
 
