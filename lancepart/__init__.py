@@ -108,6 +108,9 @@ __all__ = [
 
 # old module name -> its home; importing the old name gives the module of the new one
 _MOVED = {
+    "lancepart.schema_evolution": "lancepart.evolution.schema_evolution",
+    "lancepart.spec_evolution": "lancepart.evolution.spec_evolution",
+    "lancepart.file_format": "lancepart.evolution.file_format",
     "lancepart.lance_env": "lancepart.storage.lance_env",
     "lancepart.lance_io": "lancepart.storage.lance_io",
     "lancepart.manifest": "lancepart.storage.manifest",

@@ -338,7 +338,7 @@ class PartitionedNamespace:
         >>> #             "result_type": {"type": "utf8"}}]).spec.id
         """
         self._writable("evolve")
-        from lancepart.spec_evolution import evolve
+        from lancepart.evolution.spec_evolution import evolve
 
         result = evolve(self._manifest, self._schema, fields, max_retries=max_retries)
         self.refresh()
@@ -353,7 +353,7 @@ class PartitionedNamespace:
         partition specs on them keep working), ``drop`` columns (a dropped partition source
         reads as NULL) and ``widen`` types losslessly. Partition tables are not rewritten:
         reads present them in the new schema, writes and compaction bring them up to date
-        (:mod:`lancepart.schema_evolution`, docs/schema-evolution.md). Returns the
+        (:mod:`lancepart.evolution.schema_evolution`, docs/schema-evolution.md). Returns the
         :class:`CommitResult`; ``details``: ``added``, ``renamed``, ``dropped``, ``widened`` (what
         changed), ``schema`` (the new schema's JSON) and ``max_field_id``.
 
@@ -361,7 +361,7 @@ class PartitionedNamespace:
         >>> #                  widen={"id": pa.int64()})
         """
         self._writable("update_schema")
-        from lancepart.schema_evolution import update_schema
+        from lancepart.evolution.schema_evolution import update_schema
 
         result = update_schema(self._manifest, add, rename, drop, widen, max_retries=max_retries)
         self.refresh()

@@ -19,8 +19,8 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import CorruptNamespaceError, InvalidSpecError
+from lancepart.evolution.spec_evolution import _add_columns, _add_row, _publish, resolve_fields
 from lancepart.model.spec import PartitionSpec
-from lancepart.spec_evolution import _add_columns, _add_row, _publish, resolve_fields
 from lancepart.storage.manifest import ManifestChanges, ManifestConflict, join_uri
 from tests.conftest import APPENDIX_A
 

@@ -19,7 +19,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import ConfigError, InvalidArgumentError
-from lancepart.file_format import (
+from lancepart.evolution.file_format import (
     DATA_STORAGE_VERSION_KEY,
     DEFAULT_DATA_STORAGE_VERSION,
     set_data_storage_version,

@@ -72,7 +72,7 @@ from lancepart.errors import (
     RowsOutsideFilterError,
     SchemaMismatchError,
 )
-from lancepart.schema_evolution import table_field_ids
+from lancepart.evolution.schema_evolution import table_field_ids
 from lancepart.storage.manifest import join_uri
 
 # --------------------------------------------------------------------------- known defects

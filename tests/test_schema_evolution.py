@@ -24,11 +24,11 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError, SchemaMismatchError
+from lancepart.evolution.schema_evolution import MAX_FIELD_ID_KEY, TABLE_FIELD_IDS_KEY
 from lancepart.model.spec import field_id_of
 from lancepart.sample import demo_events
-from lancepart.schema_evolution import MAX_FIELD_ID_KEY, TABLE_FIELD_IDS_KEY
-from tests.procs import wait_until_reached
 from lancepart.storage.manifest import join_uri
+from tests.procs import wait_until_reached
 
 REPO = Path(__file__).resolve().parents[1]
 

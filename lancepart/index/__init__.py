@@ -299,7 +299,7 @@ class Maintain:
                  column_of: Callable[[pa.Schema, str], str | None] | None = None) -> None:
         self.decls = list(decls)
         # a declared column's name in a table (a table keeps a renamed column's old name until it is
-        # rewritten: lancepart.schema_evolution.table_column finds it by field id); default: the same name
+        # rewritten: lancepart.evolution.schema_evolution.table_column finds it by field id); default: the same name
         self.column_of = column_of or (lambda table, column: column if column in table.names else None)
         self.rebuild_stale = rebuild_stale
         self.storage_options = dict(storage_options) if storage_options else None

@@ -44,12 +44,12 @@ from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
 from lancepart import faults
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
+from lancepart.evolution.schema_evolution import columns_of
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations, index_state
 from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
 from lancepart.results import CommitResult, PartitionInfo
-from lancepart.schema_evolution import columns_of
 from lancepart.storage.error_mapping import table_failure as describe_failure
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import Manifest, ManifestSnapshot, join_uri
@@ -503,8 +503,8 @@ def upgrade_outdated(ns: NamespaceHandle, filter: str | None = None) -> tuple[in
     to date (:func:`~lancepart.write.upgrade.upgrade_table`); ``(tables upgraded, {object_id:
     why it was skipped})``. Compaction runs this first: it rewrites old tables into the current
     schema."""
+    from lancepart.evolution.schema_evolution import MAX_FIELD_ID_KEY, is_current
     from lancepart.read.snapshot import open_published
-    from lancepart.schema_evolution import MAX_FIELD_ID_KEY, is_current
     from lancepart.write.upgrade import upgrade_table, upgrade_tables
 
     md = ns.snapshot().metadata

@@ -67,7 +67,7 @@ def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
                                  "to delete every row say so: filter='TRUE'")
     started = time.monotonic()
     ns.refresh()  # a stale handle must not miss partitions of a spec version evolved since it was opened
-    from lancepart.schema_evolution import with_legacy_ids
+    from lancepart.evolution.schema_evolution import with_legacy_ids
 
     # the legacy ids place the columns of tables written before the first schema change
     manifest, schema, specs = ns.manifest, with_legacy_ids(ns.schema, ns.snapshot().metadata), ns.specs

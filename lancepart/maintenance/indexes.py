@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lancepart.errors import CommitConflictError, InvalidArgumentError
+from lancepart.evolution.schema_evolution import LEGACY_FIELD_IDS_KEY, columns_of
 from lancepart.index import (
     Drop,
     IndexDeclaration,
@@ -37,7 +38,6 @@ from lancepart.index import (
 from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY, columns_of
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes

@@ -42,13 +42,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import LancepartError, NamespaceNotFoundError, UnsafeLocationError
+from lancepart.evolution.schema_evolution import MAX_FIELD_ID_KEY, conform, is_current, source_columns, table_field_ids
 from lancepart.index import IndexDeclaration, declarations, index_state
 from lancepart.model.ids import SPEC_KEY_PREFIX, check_location
 from lancepart.model.spec import FIELD_ID_KEY_BYTES, PartitionSpec, field_id_of
 from lancepart.model.transforms import losslessly_castable
 from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo, Problem, VerifyReport
-from lancepart.schema_evolution import MAX_FIELD_ID_KEY, conform, is_current, source_columns, table_field_ids
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
 
@@ -108,7 +108,7 @@ def check_manifest_columns(schema: pa.Schema, specs: Mapping[int, PartitionSpec]
 def check_table_schema(info: PartitionInfo, table_schema: pa.Schema, schema: pa.Schema,
                        namespace_md: Mapping[str, str] | None = None) -> list[Problem]:
     """Problems between a partition table's columns and the namespace schema (``schema_mismatch``).
-    A table written under an older form of the schema (:mod:`lancepart.schema_evolution`) is
+    A table written under an older form of the schema (:mod:`lancepart.evolution.schema_evolution`) is
     fine when each of its columns is a field id the namespace gave and, for a field still in the
     schema, of a type that widens losslessly to the current one."""
     out = []

@@ -158,8 +158,8 @@ class _TableReader:
 
     def __init__(self, root: str, info: PartitionInfo, schema: pa.Schema, read_schema: pa.Schema,
                  namespace_md: Mapping[str, str], so: Mapping[str, str] | None) -> None:
+        from lancepart.evolution.schema_evolution import is_current, source_columns
         from lancepart.read.snapshot import open_published
-        from lancepart.schema_evolution import is_current, source_columns
 
         self.info = info
         self.read_schema = read_schema
@@ -176,7 +176,7 @@ class _TableReader:
              without: pa.Array | None = None) -> pa.Table:
         """The live rows of ``frags`` (all when None); with ``only``, those at these row
         addresses; with ``without``, those not at these."""
-        from lancepart.schema_evolution import conform
+        from lancepart.evolution.schema_evolution import conform
         from lancepart.storage.error_mapping import storage_errors
 
         if self.ds is None or (frags is not None and not frags):

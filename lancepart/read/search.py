@@ -68,7 +68,7 @@ class SearchPlan:
         """In table ``ds``: the name of the searched column (None: the table predates it), the
         columns to read for ``read_schema``, and the mapping from namespace names to the table's
         (None when the table is in the current schema)."""
-        from lancepart.schema_evolution import is_current, source_columns
+        from lancepart.evolution.schema_evolution import is_current, source_columns
 
         if self.schema is None or is_current(ds.schema, self.namespace_md or {}, self.schema):
             return (self.column if self.column in ds.schema.names else None,
@@ -292,7 +292,7 @@ def resolve_metric(column: str, infos: Sequence[PartitionInfo], datasets: Sequen
     indexes on ``column`` (they must agree), else ``l2``. A table whose index uses another
     metric than the one passed is searched flat by Lance (exact, slower). ``namespace_md`` (the
     root properties) finds the column in a table that holds it under an older name."""
-    from lancepart.schema_evolution import table_column
+    from lancepart.evolution.schema_evolution import table_column
 
     if requested is not None:
         return requested

@@ -177,12 +177,12 @@ def table_batches(root: str, info: PartitionInfo, schema: pa.Schema, read_schema
     the caller's to apply.
 
     A table written under an older namespace schema is read in the current one, by field id
-    (:mod:`lancepart.schema_evolution`; ``namespace_md`` are the root properties): renamed
+    (:mod:`lancepart.evolution.schema_evolution`; ``namespace_md`` are the root properties): renamed
     columns under their new names, widened ones cast, missing ones NULL, dropped ones left out;
     the filter is not pushed into such a table (its column names may mean other fields). A data
     file gone or undecodable is a typed error naming the table and the file. ``whole``: read the
     table in one call to Lance and hand its batches out (for a caller keeping every row anyway)."""
-    from lancepart.schema_evolution import conform, is_current, source_columns
+    from lancepart.evolution.schema_evolution import conform, is_current, source_columns
 
     ds = open_published(root, info, storage_options)
     if ds is None:  # declared, not created yet: no rows

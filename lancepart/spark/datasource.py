@@ -553,7 +553,7 @@ class LancepartReader(DataSourceReader):
         tasks = plan_read(ns.root, parts, _int_option(self.options, "split_rows", None, 1), ns.storage_options)
         log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d tasks",
                  ns.root, ns.manifest_version, len(parts), len(tasks))
-        from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY
+        from lancepart.evolution.schema_evolution import LEGACY_FIELD_IDS_KEY
 
         legacy = ns.snapshot().metadata.get(LEGACY_FIELD_IDS_KEY)  # places the columns of tables of older schemas
         return [InputPartition(json.dumps({"task": t, "filter": filter, "scan_filter": scan_filter, "root": ns.root,
@@ -570,7 +570,7 @@ class LancepartReader(DataSourceReader):
         d = json.loads(partition.value)
         target = to_arrow_schema(self.schema, timezone="UTC")
         so = storage_options(self.options)
-        from lancepart.schema_evolution import LEGACY_FIELD_IDS_KEY, with_legacy_ids
+        from lancepart.evolution.schema_evolution import LEGACY_FIELD_IDS_KEY, with_legacy_ids
 
         ns_schema = with_legacy_ids(self.ns_schema, {LEGACY_FIELD_IDS_KEY: d["legacy"]} if d.get("legacy") else {})
         for b in scan_batches(d["root"], d["task"], ns_schema, d["filter"], d["scan_filter"],

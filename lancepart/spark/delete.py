@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lancepart.deprecation import keyword_only
+from lancepart.evolution.schema_evolution import with_legacy_ids
 from lancepart.maintenance.delete import delete as _delete
 from lancepart.model.spec import schema_to_json
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import with_legacy_ids
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import Task, commit_or_conflict, run_on_executors
 from lancepart.storage.error_mapping import public_operation

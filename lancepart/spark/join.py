@@ -194,7 +194,7 @@ def join(
         tasks = [json.dumps(_group_json(g)) for g in plan.groups]
         target = arrow_schema_for(spark, struct)
         shipped = ship_options(spark, so)
-        from lancepart.schema_evolution import with_legacy_ids
+        from lancepart.evolution.schema_evolution import with_legacy_ids
 
         sides = [{"schema": with_legacy_ids(ns.schema, ns.snapshot().metadata).serialize().to_pybytes(), "filter": f,
                   "scan_filter": sf, "columns": s.names}

@@ -29,10 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart.evolution.schema_evolution import with_legacy_ids
 from lancepart.model.spec import schema_to_json
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import with_legacy_ids
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import Task, run_on_executors, spark_action
 from lancepart.spark.workers import check_workers

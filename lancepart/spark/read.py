@@ -212,8 +212,8 @@ def scan_batches(root: str, task: Mapping[str, Any], schema: pa.Schema, filter: 
     """The published rows of one task's table (or fragments) matching ``filter``, projected to
     ``columns``: exactly what :meth:`PartitionedNamespace.to_batches` streams for that table
     (:func:`lancepart.read.snapshot.table_batches`, then the exact filter per gathered chunk)."""
+    from lancepart.evolution.schema_evolution import legacy_md
     from lancepart.read.snapshot import filtered, read_schema_for, table_batches
-    from lancepart.schema_evolution import legacy_md
 
     cols, read_schema = read_schema_for(schema, filter, columns)
     stream = table_batches(root, info_from_json(task), schema, read_schema, scan_filter=scan_filter,
@@ -276,7 +276,7 @@ def read(
         return empty_frame(spark, struct)
     target = arrow_schema_for(spark, struct)
     shipped = ship_options(spark, so)
-    from lancepart.schema_evolution import with_legacy_ids
+    from lancepart.evolution.schema_evolution import with_legacy_ids
 
     fn = _read_task(ns.root, with_legacy_ids(ns.schema, ns.snapshot().metadata).serialize().to_pybytes(),
                     filter, scan_filter, out.names,

@@ -37,7 +37,7 @@ import pyarrow as pa
 from lancepart import faults
 from lancepart.deprecation import keyword_only
 from lancepart.errors import InvalidArgumentError
-from lancepart.file_format import data_storage_version
+from lancepart.evolution.file_format import data_storage_version
 from lancepart.model.ids import check_location
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
@@ -114,7 +114,7 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
 
         @functools.cache
         def new_table_version() -> str:  # read once per task, and only by a task that creates a table
-            from lancepart.file_format import namespace_data_storage_version
+            from lancepart.evolution.file_format import namespace_data_storage_version
 
             return data_storage_version or namespace_data_storage_version(root, so)
 

@@ -31,7 +31,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata, LanceFragment
 
 from lancepart.errors import LancepartError
-from lancepart.file_format import fragments_data_storage_version
+from lancepart.evolution.file_format import fragments_data_storage_version
 from lancepart.model import ids as _ids
 from lancepart.model.spec import PartitionSpec
 from lancepart.parallel import map_threads
@@ -49,7 +49,7 @@ def write_new_fragments(data: pa.Table, root: str, location: str, schema: pa.Sch
     """Fragments of ``data`` (at most ``max_rows_per_file`` rows each) in the directory of a
     table that does not exist yet (Lance's ``write_fragments`` would log a warning per call),
     in the file format version ``data_storage_version`` (the namespace's, which the caller read
-    from its snapshot: :func:`lancepart.file_format.data_storage_version`; None: Lance's own)."""
+    from its snapshot: :func:`lancepart.evolution.file_format.data_storage_version`; None: Lance's own)."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
     step = max(1, max_rows_per_file)
@@ -71,7 +71,7 @@ def create_table(root: str, location: str, schema: pa.Schema, fragments: Sequenc
     is never published (the ``__manifest`` row names the second)."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    from lancepart.schema_evolution import table_schema
+    from lancepart.evolution.schema_evolution import table_schema
 
     target = table_schema(schema)
     lock = commit_lock(uri, so)
@@ -92,7 +92,7 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     whose rows are all at hand: ``(its fragments, the version created)``."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    from lancepart.schema_evolution import table_schema
+    from lancepart.evolution.schema_evolution import table_schema
 
     target = table_schema(schema)
     # Lance keeps the schema metadata of the data, not of ``schema=``: the field-id record must

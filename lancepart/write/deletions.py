@@ -66,9 +66,9 @@ def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, s
     for which ``filter`` is TRUE: the columns it names are read (``scan_filter`` pushed into the
     scan), then ``filter`` is applied exactly by DataFusion, as :meth:`NamespaceHandle.to_table`
     applies it."""
+    from lancepart.evolution.schema_evolution import read_columns
     from lancepart.model.predicates import filter_columns
     from lancepart.read.snapshot import apply_filter
-    from lancepart.schema_evolution import read_columns
 
     cols = filter_columns(filter, schema)
     # by field id: a table in an older form of the schema names or types a column differently

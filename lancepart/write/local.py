@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from lancepart import faults
 from lancepart.errors import InvalidArgumentError, SchemaChangedError
-from lancepart.file_format import data_storage_version
+from lancepart.evolution.file_format import data_storage_version
 from lancepart.model import ids as _ids
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult

@@ -60,7 +60,7 @@ from lancepart.errors import (
     RowsOutsideFilterError,
     SchemaChangedError,
 )
-from lancepart.file_format import data_storage_version
+from lancepart.evolution.file_format import data_storage_version
 from lancepart.model import ids as _ids
 from lancepart.model import transforms
 from lancepart.model.ids import check_location
@@ -439,7 +439,7 @@ def match_table(ds: lance.LanceDataset, keys: pa.Table, on: Sequence[str], schem
     key columns are read; the match is a set lookup (one column) or an Arrow hash join."""
     empty = pa.table({**{c: pa.array([], schema.field(c).type) for c in on}, _ADDR: pa.array([], pa.uint64()),
                       _ROW: pa.array([], pa.int64())})
-    from lancepart.schema_evolution import read_columns
+    from lancepart.evolution.schema_evolution import read_columns
 
     # by field id: the table may be in an older form of the schema (a key renamed or widened since)
     published = comparable_keys(read_columns(ds, schema, on, with_row_address=True), on)
@@ -660,7 +660,7 @@ def merge(ns: NamespaceHandle, data: Any, on: Sequence[str], when_matched: str =
 
     >>> # merge(ns, changes, on=["id"]).details["rows_updated"]
     """
-    from lancepart.schema_evolution import with_legacy_ids
+    from lancepart.evolution.schema_evolution import with_legacy_ids
 
     ns.refresh()
     schema, manifest = ns.schema, ns.manifest
@@ -731,7 +731,7 @@ def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str |
     if not isinstance(where, str) or not where.strip():
         raise InvalidFilterError("where must be a SQL boolean expression over the namespace's columns "
                                  "(to replace every row say so: where='TRUE')")
-    from lancepart.schema_evolution import with_legacy_ids
+    from lancepart.evolution.schema_evolution import with_legacy_ids
 
     ns.refresh()
     schema, specs, manifest = ns.schema, ns.specs, ns.manifest

@@ -38,11 +38,11 @@ from lancepart.errors import (
     LancepartError,
     PartitionPinnedError,
 )
+from lancepart.evolution.schema_evolution import columns_of
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations
 from lancepart.model.ids import check_location
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
-from lancepart.schema_evolution import columns_of
 from lancepart.storage.error_mapping import table_failure
 from lancepart.storage.manifest import (
     OPERATION_PROPERTY,

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.errors import CorruptTableError
-from lancepart.file_format import data_storage_version
+from lancepart.evolution.file_format import data_storage_version
 from lancepart.model import ids as _ids
 from lancepart.model.spec import PartitionSpec
 from lancepart.parallel import map_threads
@@ -73,7 +73,7 @@ def create_empty_table(root: str, location: str, schema: pa.Schema,
     own): the rows appended to it later are written in it."""
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
-    from lancepart.schema_evolution import table_schema
+    from lancepart.evolution.schema_evolution import table_schema
 
     ds = lance_io.write_dataset(table_schema(schema).empty_table(), uri, mode="create", storage_options=so,
                                 commit_lock=commit_lock(uri, so), data_storage_version=data_storage_version)

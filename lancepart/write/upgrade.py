@@ -4,7 +4,7 @@ version and published through the one publish path (:func:`lancepart.write.publi
 rows a writer appends to such a table are converted first (:func:`append_fragments`).
 
 The schema change itself, and how an old table's columns are read, is
-:mod:`lancepart.schema_evolution`.
+:mod:`lancepart.evolution.schema_evolution`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import pyarrow as pa
 from lance import LanceOperation
 
 from lancepart.errors import CommitConflictError, SchemaChangedError
-from lancepart.file_format import table_data_storage_version
-from lancepart.model.spec import field_id_of, schema_from_json
-from lancepart.schema_evolution import (
+from lancepart.evolution.file_format import table_data_storage_version
+from lancepart.evolution.schema_evolution import (
     MAX_FIELD_ID_KEY,
     SCHEMA_KEY,
     TABLE_FIELD_IDS_KEY,
@@ -29,6 +28,7 @@ from lancepart.schema_evolution import (
     table_field_ids,
     table_schema,
 )
+from lancepart.model.spec import field_id_of, schema_from_json
 from lancepart.storage.lance_io import open_table, unsliced
 from lancepart.storage.manifest import LanceCommitConflictError, Manifest, backoff
 

@@ -91,8 +91,8 @@ def set_data_storage_version(root: str | os.PathLike[str], version: str,
 
     def change(snap):
         if value == "2.0":
+            from lancepart.evolution.schema_evolution import SCHEMA_KEY
             from lancepart.model.spec import schema_from_json
-            from lancepart.schema_evolution import SCHEMA_KEY
 
             raw = snap.metadata.get(SCHEMA_KEY)
             structs = [] if raw is None else [f.name for f in schema_from_json(raw) if _has_struct(f.type)]
