@@ -51,7 +51,7 @@ from lancepart.errors import (  # every public error type (docs/errors.md)
 )
 from lancepart.model.spec import PartitionField, PartitionSpec, Transform
 from lancepart.namespace import PartitionedNamespace
-from lancepart.repair import RepairReport
+from lancepart.ops.repair import RepairReport
 from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, Problem, VerifyReport
 from lancepart.storage import lance_env  # noqa: F401  (first: Lance reads its settings at its first commit)
 
@@ -108,6 +108,9 @@ __all__ = [
 
 # old module name -> its home; importing the old name gives the module of the new one
 _MOVED = {
+    "lancepart.history": "lancepart.ops.history",
+    "lancepart.quality": "lancepart.ops.quality",
+    "lancepart.repair": "lancepart.ops.repair",
     "lancepart.schema_evolution": "lancepart.evolution.schema_evolution",
     "lancepart.spec_evolution": "lancepart.evolution.spec_evolution",
     "lancepart.file_format": "lancepart.evolution.file_format",

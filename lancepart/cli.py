@@ -311,7 +311,7 @@ def _cmd_migrate(args: argparse.Namespace) -> Any:
 
 
 def _cmd_repair(args: argparse.Namespace) -> Any:
-    from lancepart.repair import repair_root
+    from lancepart.ops.repair import repair_root
     from lancepart.storage.manifest import normalize_root
 
     root, so = _target(args)

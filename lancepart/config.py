@@ -418,7 +418,7 @@ class JobConfig:
         expectations = data.get("expectations") or []
         _typed(expectations, list, "expectations", "a list of expectations")
         for i, item in enumerate(expectations):
-            _mapping(item, f"expectations[{i}]")  # their keys are checked by lancepart.quality
+            _mapping(item, f"expectations[{i}]")  # their keys are checked by lancepart.ops.quality
         spark = dict(_mapping(data.get("spark"), "spark"))
         _check_keys(spark, "spark")
         if spark.get("app_name") is not None:

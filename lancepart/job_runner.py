@@ -105,7 +105,7 @@ def run_ingest(cfg: JobConfig) -> dict[str, Any]:
     from lancepart.spark.session import get_session
 
     if cfg.expectations:  # the import of great_expectations overlaps the start of the Spark session
-        from lancepart.quality import preload
+        from lancepart.ops.quality import preload
 
         preload()
     spark = get_session(cfg.spark.get("app_name", "lancepart-ingest"), cfg.spark.get("conf"))

@@ -204,7 +204,7 @@ class PartitionedNamespace:
         manifest = Manifest(root_s, storage_options)
         if version is None and as_of is None:
             return cls(root_s, manifest)
-        from lancepart.history import snapshot_at
+        from lancepart.ops.history import snapshot_at
 
         ns = cls(root_s, manifest, snapshot_at(manifest, version=version, as_of=as_of))
         ns._read_only = True
@@ -233,13 +233,13 @@ class PartitionedNamespace:
 
     @public_operation("history", publishes=False)
     def history(self, limit: int | None = None) -> list[Any]:
-        """The retained ``__manifest`` versions, newest first, as :class:`lancepart.history.HistoryEntry`
+        """The retained ``__manifest`` versions, newest first, as :class:`lancepart.ops.history.HistoryEntry`
         (version, timestamp, operation, batch_id, rows_written, partitions_touched). Each is a
         snapshot ``open(root, version=...)`` can read; cleanup decides how far back they go.
 
         >>> # [(e.version, e.operation) for e in ns.history(limit=5)]
         """
-        from lancepart.history import history
+        from lancepart.ops.history import history
 
         return history(self._manifest, limit)
 
@@ -719,7 +719,7 @@ class PartitionedNamespace:
     @public_operation("repair")
     def _repair_open(self, dry_run: bool = False, *, max_retries: int = 20) -> Any:
         self._writable("repair")
-        from lancepart.repair import repair
+        from lancepart.ops.repair import repair
 
         report = repair(self._manifest, dry_run=dry_run, max_retries=max_retries)
         if not dry_run:
@@ -730,7 +730,7 @@ class PartitionedNamespace:
     @public_operation("repair", root_arg=1)
     def _repair_root(cls, root: str | os.PathLike[str], dry_run: bool = False, *,
                      storage_options: Mapping[str, str] | None = None, max_retries: int = 20) -> Any:
-        from lancepart.repair import repair
+        from lancepart.ops.repair import repair
 
         return repair(Manifest(_resolve_root(root), storage_options), dry_run=dry_run, max_retries=max_retries)
 
@@ -741,7 +741,7 @@ class PartitionedNamespace:
         ``partition_field_*``): from the newest earlier version that has them, keeping the rows
         and table metadata that tool added, in one commit, and set the flag that makes Lance's
         DirectoryNamespace refuse to rewrite it again. Returns a
-        :class:`lancepart.repair.RepairReport`; ``dry_run=True`` only reports.
+        :class:`lancepart.ops.repair.RepairReport`; ``dry_run=True`` only reports.
 
         ``PartitionedNamespace.repair(root, storage_options=...)`` works on the root without opening
         it: what to use when ``open`` raises :class:`CorruptNamespaceError` for the lost columns.

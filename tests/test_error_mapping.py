@@ -251,7 +251,7 @@ def test_a_package_missing_on_the_executors_is_a_missing_dependency_not_failed_e
     every expectation used to be reported as failed (5 of 5); the gate must name the package."""
     from pyspark.sql import functions as F
 
-    from lancepart.quality import check
+    from lancepart.ops.quality import check
 
     name = f"lp_driver_only_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text("def double(x):\n    return 2.0 * x\n")

@@ -228,7 +228,7 @@ def test_stripped_namespace_repaired_through_the_public_class(two_days):
 def test_repair_without_history_says_so(two_days):
     """Issue 11 item 6: when the versions that held the columns are gone, repair raises a
     CorruptNamespaceError that says so (and publishes nothing)."""
-    from lancepart.repair import repair_root
+    from lancepart.ops.repair import repair_root
 
     root = two_days.root
     unguard(root)
@@ -436,7 +436,7 @@ def test_repair_commit_never_overwrites_a_concurrent_commit(two_days):
     """Issue 11 item 6 (one publish path, no lost commit): the repair's commit replaces the
     schema, which Lance would otherwise rebase over anything; it must fail when another commit
     landed after the snapshot it was computed from, and a rerun then repairs the newer version."""
-    from lancepart.repair import repair_root
+    from lancepart.ops.repair import repair_root
     from lancepart.storage.manifest import ManifestConflict
 
     root = two_days.root

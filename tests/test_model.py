@@ -1068,7 +1068,7 @@ class NamespaceModel(RuleBasedStateMachine):
             self.fail(f"DirectoryNamespace.{op} did not strip __manifest: the scenario is not what it claims")
         try:
             if via_root:
-                from lancepart.repair import repair_root
+                from lancepart.ops.repair import repair_root
 
                 report = repair_root(self.root)
             else:

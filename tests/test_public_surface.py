@@ -164,7 +164,7 @@ def test_evolve_result_still_answers_as_the_spec_it_used_to_be(tmp_path):
 def test_every_public_error_and_result_type_is_exported():
     import lancepart.errors as errors
     import lancepart.results as results
-    from lancepart.repair import RepairReport
+    from lancepart.ops.repair import RepairReport
 
     error_types = {n for n, c in vars(errors).items()
                    if inspect.isclass(c) and issubclass(c, LancepartError) and c.__module__ == errors.__name__}

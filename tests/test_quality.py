@@ -1,4 +1,4 @@
-"""The data-quality gate (lancepart.quality): real great_expectations 1.x on real Spark and pandas.
+"""The data-quality gate (lancepart.ops.quality): real great_expectations 1.x on real Spark and pandas.
 
 Every batch is built with known violations, so each count and example below is exact.
 """
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from lancepart.errors import ConfigError, ExpectationFailedError, InvalidArgumentError
-from lancepart.quality import DRIVER_MAX_ROWS, Expectation, QualityReport, check, parse_expectations, validate
+from lancepart.ops.quality import DRIVER_MAX_ROWS, Expectation, QualityReport, check, parse_expectations, validate
 
 N = 1000
 COUNTRIES = ["US", "FR", "DE", "JP", "BR"]
@@ -237,7 +237,7 @@ def test_no_files_and_no_progress_bars(tmp_path, monkeypatch, capfd) -> None:
 
 
 def test_import_does_not_import_great_expectations() -> None:
-    code = "import sys, lancepart.quality; sys.exit('great_expectations' in sys.modules)"
+    code = "import sys, lancepart.ops.quality; sys.exit('great_expectations' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

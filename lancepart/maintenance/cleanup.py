@@ -148,8 +148,8 @@ from lancepart.errors import (
     without_source_locations,
 )
 from lancepart.model.ids import check_location
+from lancepart.ops.repair import ensure_intact
 from lancepart.parallel import map_threads
-from lancepart.repair import ensure_intact
 from lancepart.results import CleanupStats
 from lancepart.storage.error_mapping import table_failure
 from lancepart.storage.lance_io import open_table
@@ -781,7 +781,7 @@ def cleanup(
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise InvalidArgumentError(f"older_than must be a non-negative datetime.timedelta, got {older_than!r}")
     root_s = normalize_root(root)
-    ensure_intact(root_s, storage_options)  # a stripped __manifest: refuse (lancepart.repair)
+    ensure_intact(root_s, storage_options)  # a stripped __manifest: refuse (lancepart.ops.repair)
     floor = retention_floor(Manifest(root_s, storage_options).dataset().metadata)
     if older_than < floor:
         if not allow_short_retention:

@@ -47,9 +47,9 @@ from lance import LanceOperation
 
 from lancepart import faults
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
-from lancepart.history import retained_versions, snapshot_at
 from lancepart.maintenance.drop import _without
 from lancepart.model import ids as _ids
+from lancepart.ops.history import retained_versions, snapshot_at
 from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.storage.lance_io import open_table

@@ -85,7 +85,7 @@ class Commit:
 
 def _commits(manifest: Manifest, start: int, end: int) -> list[Commit]:
     """The commits after ``start`` up to ``end``, checked to be retained."""
-    from lancepart.history import retained_versions
+    from lancepart.ops.history import retained_versions
 
     ds = manifest.dataset()
     retained = dict(retained_versions(ds))
@@ -390,7 +390,7 @@ def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *,
         ns.scan_plan(filter)  # a filter that cannot be used is refused now, not while the stream is read
     manifest = ns.manifest
     if snapshot_at is not None:
-        from lancepart.history import retained_versions
+        from lancepart.ops.history import retained_versions
 
         ts = dict(retained_versions(manifest.dataset())).get(snapshot_at) or datetime.now(UTC)
         pins = _pins(manifest, snapshot_at, ns, filter)
@@ -438,7 +438,7 @@ def run_task(root: str, task: ChangeTask, plan: ChangePlan, storage_options: Map
 def _expired(root: str, task: ChangeTask, storage_options: Mapping[str, str] | None) -> SnapshotExpiredError | None:
     """:class:`SnapshotExpiredError` when a ``__manifest`` version whose pins ``task`` reads is no
     longer retained; None when both are (or ``__manifest`` cannot tell)."""
-    from lancepart.history import retained_versions
+    from lancepart.ops.history import retained_versions
 
     try:
         retained = [v for v, _ in retained_versions(Manifest(root, storage_options).dataset())]

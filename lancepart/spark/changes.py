@@ -171,7 +171,7 @@ class LancepartStreamReader(DataSourceStreamReader):
 
     def _expired(self, e: SnapshotExpiredError) -> SnapshotExpiredError:
         """``e``, and where this stream can go on from: the oldest retained ``__manifest`` version."""
-        from lancepart.history import retained_versions
+        from lancepart.ops.history import retained_versions
         from lancepart.spark.options import storage_options
         from lancepart.storage.manifest import Manifest, normalize_root
 

@@ -197,7 +197,7 @@ def write(
 
     ``mode``: ``"append"`` or ``"overwrite"`` (dynamic partition overwrite). A ``batch_id``
     that is already published makes this a no-op with ``skipped=True``. ``expectations``
-    run as a data-quality gate (:mod:`lancepart.quality`) before anything is written.
+    run as a data-quality gate (:mod:`lancepart.ops.quality`) before anything is written.
     ``flush_rows`` bounds the rows a task buffers before writing its fragments;
     ``write_threads`` is how many of a flush's partition groups a task writes at once.
     ``index_on_write``: bring the declared indexes of the touched tables up to date before the
@@ -225,7 +225,7 @@ def write(
     # parse, a remote Parquet to fetch) is computed once for both; released when the write's job ends
     cached = bool(expectations) and not df.is_cached
     if expectations:
-        from lancepart.quality import check
+        from lancepart.ops.quality import check
 
         t = time.monotonic()
         if cached:

@@ -621,7 +621,7 @@ class Manifest:
         """Replace the rows *and the schema* of ``base`` by ``rows`` in one commit (a Lance
         ``Overwrite``; the table metadata of ``base`` is kept), or raise :class:`ManifestConflict`
         if anything committed since ``base``: Lance may not rebase this commit over another.
-        The repair of a stripped ``__manifest`` publishes through here (lancepart.repair)."""
+        The repair of a stripped ``__manifest`` publishes through here (lancepart.ops.repair)."""
         frags = (lance.fragment.write_fragments(rows, self.uri, schema=rows.schema, mode="overwrite",
                                                 storage_options=self.storage_options)
                  if rows.num_rows else [])

@@ -108,7 +108,7 @@ def _write_local(
     if expectations:
         if not isinstance(data, pa.Table):
             raise InvalidArgumentError("expectations need the whole input: pass a pa.Table, not a stream")
-        from lancepart.quality import check
+        from lancepart.ops.quality import check
 
         t = time.monotonic()
         check(data, expectations)
