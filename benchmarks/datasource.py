@@ -45,8 +45,8 @@ def main() -> None:
 
     from lancepart import PartitionedNamespace
     from lancepart import spark as lps
-    from lancepart.sample import demo_events
     from lancepart.spark.sample import generated_events
+    from lancepart.util.sample import demo_events
 
     spark = (SparkSession.builder.master(args.master).appName("datasource-bench")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4").getOrCreate())

@@ -249,7 +249,7 @@ class LanceTables:
     def __init__(self, table: pa.Table, case: str):
         import lance
 
-        from lancepart.parallel import map_threads
+        from lancepart.util.parallel import map_threads
 
         self.lance, self.map_threads = lance, map_threads
         if case == "bucket16":

@@ -108,6 +108,10 @@ __all__ = [
 
 # old module name -> its home; importing the old name gives the module of the new one
 _MOVED = {
+    "lancepart.durations": "lancepart.util.durations",
+    "lancepart.parallel": "lancepart.util.parallel",
+    "lancepart.faults": "lancepart.util.faults",
+    "lancepart.sample": "lancepart.util.sample",
     "lancepart.history": "lancepart.ops.history",
     "lancepart.quality": "lancepart.ops.quality",
     "lancepart.repair": "lancepart.ops.repair",

@@ -71,11 +71,11 @@ from lancepart.cli_read import (
     _cmd_partitions,
     _cmd_search,
 )
-from lancepart.durations import format_duration
 from lancepart.errors import InvalidArgumentError, LancepartError, RetryableError, without_source_locations
 from lancepart.inputs import FORMATS, input_reader
 from lancepart.redact import redacting_output
 from lancepart.stats import human_bytes
+from lancepart.util.durations import format_duration
 
 if TYPE_CHECKING:
 

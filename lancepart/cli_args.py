@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from lancepart import durations
 from lancepart.errors import LancepartError
+from lancepart.util import durations
 
 if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace

@@ -36,9 +36,9 @@ def namespace_sizes(ns: NamespaceHandle, progress: Callable[[str], None] | None 
     {"bytes", "versions"}, "tables": [PartitionInfo.to_dict() + rows, bytes, versions]}``. A
     declared table that no writer created yet counts zero."""
     from lancepart.model.ids import check_location
-    from lancepart.parallel import map_threads
     from lancepart.read.snapshot import open_published
     from lancepart.storage.manifest import MANIFEST_DIR, join_uri
+    from lancepart.util.parallel import map_threads
 
     so = ns.storage_options
     infos = ns.partitions()

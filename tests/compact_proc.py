@@ -1,5 +1,5 @@
 """A compaction process for the compaction tests: compacts ROOT (optionally ``--filter``) and
-prints the CommitResult as JSON. Faults come from LANCEPART_FAULT (lancepart.faults)."""
+prints the CommitResult as JSON. Faults come from LANCEPART_FAULT (lancepart.util.faults)."""
 
 from __future__ import annotations
 

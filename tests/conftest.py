@@ -103,7 +103,7 @@ EVENTS_SPEC = {"id": 1, "fields": [
 def create_events_ns(root: str):
     """A new namespace at ``root`` for the demo events (``id`` non-nullable), partitioned by EVENTS_SPEC."""
     from lancepart import PartitionedNamespace
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
 
     schema = demo_events(1).schema
     return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)

@@ -76,7 +76,7 @@ def slice_bounds(rows: int) -> list[tuple[int, int]]:
 def batch_table(start: int, rows: int, seed: int, days: int):
     import pyarrow as pa
 
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
 
     parts = [demo_events(n, seed=seed, start_id=start + off, days=days) for off, n in slice_bounds(rows) if n]
     return pa.concat_tables(parts)
@@ -86,13 +86,13 @@ def spark_frame(spark, b: Batch):
     """The same rows as ``b.table()``, generated on the executors (one task per slice)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
 
     bounds = slice_bounds(b.rows)
     start, seed, days = b.start, b.seed, b.days
 
     def make(batches):
-        from lancepart.sample import demo_events as events
+        from lancepart.util.sample import demo_events as events
 
         for batch in batches:
             for s in batch.column(0).to_pylist():

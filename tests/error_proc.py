@@ -7,7 +7,7 @@ import json
 import sys
 
 from lancepart import PartitionedNamespace
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC
 
 

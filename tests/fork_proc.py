@@ -25,7 +25,7 @@ import time
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import LancepartError
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 
 CHILDREN = 3
 PARENT_ROWS = 500

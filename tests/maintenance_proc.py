@@ -31,7 +31,7 @@ def main() -> int:
     a = p.parse_args()
 
     from lancepart import PartitionedNamespace
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
 
     ns = PartitionedNamespace.open(a.root)
     if a.role == "writer":

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import LancepartError
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 
 
 def main(root: str, role: str, seconds: float, seed: int) -> None:

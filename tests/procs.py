@@ -1,6 +1,6 @@
 """Real processes for the conflict and crash tests of the operations that change published
 data (delete, merge, rollback): the ``lancepart`` command in a child process, optionally
-paused or killed at a protocol step (``LANCEPART_FAULT``, :mod:`lancepart.faults`), and a
+paused or killed at a protocol step (``LANCEPART_FAULT``, :mod:`lancepart.util.faults`), and a
 rival writer process (tests/writer_proc.py)."""
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import CommitConflictError
-from lancepart.sample import demo_events
 from lancepart.storage.manifest import Manifest, metadata_json
+from lancepart.util.sample import demo_events
 
 
 def _storage_options() -> dict[str, str] | None:

@@ -145,7 +145,7 @@ def test_maintenance_dag_compacts_then_cleans_up(airflow_env, tmp_path):
     import pyarrow.parquet as pq
 
     from lancepart import PartitionedNamespace
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
 
     env, _ = airflow_env
     root = tmp_path / "ns"

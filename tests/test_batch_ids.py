@@ -27,7 +27,7 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.cleanup import cleanup as cleanup_fn
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from lancepart.write import batches
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.cli import main
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import create_events_ns
 
 COLS = ["id", "event_date", "country", "user_id", "amount"]

@@ -5,7 +5,7 @@ Spec: spec/partitioning.md "Transaction / Read Behavior" (a partition table is r
 spec/storage-layout.md (``data/``, ``_versions/``, ``_transactions/`` of a table);
 docs/design.md §8 (what a dead job leaves: fragments never committed, versions beyond
 ``read_version``). Real Lance tables on disk, real writer processes killed at protocol steps
-(lancepart/faults.py), and an S3-compatible store for the object-store path.
+(lancepart/util/faults.py), and an S3-compatible store for the object-store path.
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def test_cleanup_on_an_object_store(s3):
     the retention floor stays even under ``allow_short_retention`` (a reservation creates a
     table just before publishing it, docs/retention.md); a directory without any Lance version
     cannot be dated there and is reported, not removed."""
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
 
     root, so = s3.new_root(), s3.storage_options()
     schema = demo_events(1).schema

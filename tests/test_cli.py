@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lancepart.cli import EXIT_LANCEPART, EXIT_OK, EXIT_RETRY, EXIT_USAGE, format_duration, parse_duration
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC, expected_keys
 from tests.procs import release, wait_until_reached
 

@@ -25,7 +25,7 @@ import yaml
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.compact import finish_compaction, plan_compaction, rewrite_table
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import assert_read_versions_only_increase, create_events_ns, expected_keys
 from tests.procs import release, wait_until_reached
 

@@ -158,7 +158,7 @@ def s3():
 
 def test_v1_listing_and_migration_on_an_object_store(s3):
     """The same on ``s3://``, through Lance's object store (no local file system calls)."""
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
     from tests.conftest import EVENTS_SPEC
 
     root, so = s3.new_root(), s3.storage_options()

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import lance
 import pytest
 
-from lancepart.faults import STEPS
+from lancepart.util.faults import STEPS
 from tests.conftest import EVENTS_SPEC
 from tests.crash_proc import BLOCK, Batch, check_history, data_files_on_disk, finish, kill_after_ready, launch
 
@@ -258,7 +258,7 @@ SPARK_DEFAULT = [("after_reserve:exit", "append"), ("after_table_commits:exit", 
 
 def new_namespace(path) -> str:
     from lancepart import PartitionedNamespace
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
 
     schema = demo_events(1).schema
     return PartitionedNamespace.create(str(path), schema.set(0, schema.field("id").with_nullable(False)),

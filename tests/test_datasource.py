@@ -16,8 +16,8 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart import spark as lps
 from lancepart.read.snapshot import apply_filter
-from lancepart.sample import demo_events
 from lancepart.spark.datasource import PUSHDOWN_CONF, filter_sql
+from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC, create_events_ns
 from tests.test_spark_write import to_df
 

@@ -22,8 +22,8 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.cli import main
 from lancepart.errors import InvalidFilterError, LancepartError
-from lancepart.sample import demo_events
 from lancepart.storage.manifest import join_uri
+from lancepart.util.sample import demo_events
 from tests.conftest import copy_ns, create_events_ns
 from tests.procs import release, wait_until_reached
 

@@ -24,8 +24,8 @@ from lancepart.evolution.file_format import (
     DEFAULT_DATA_STORAGE_VERSION,
     set_data_storage_version,
 )
-from lancepart.sample import DEMO_START, demo_events
 from lancepart.storage.manifest import ManifestChanges, join_uri
+from lancepart.util.sample import DEMO_START, demo_events
 from tests.conftest import create_events_ns, expected_keys, manifest_version
 
 

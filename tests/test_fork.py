@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from lancepart import PartitionedNamespace
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC
 from tests.fork_proc import CHILD_ROWS, CHILDREN, PARENT_ROWS, child_start
 
@@ -103,13 +103,13 @@ def test_children_forked_before_the_parent_ran_lance_write(location, mode):
 
 
 def test_a_stream_read_on_in_a_forked_child_raises_instead_of_waiting():
-    """A read-ahead stream (lancepart.parallel.stream_in_order: to_batches, changes) started in the
+    """A read-ahead stream (lancepart.util.parallel.stream_in_order: to_batches, changes) started in the
     parent and read on in a forked child: its producer threads stayed in the parent, so the child
     waited forever for the next element; it now raises ForkedProcessError at once."""
     import select
     import time
 
-    from lancepart.parallel import stream_in_order
+    from lancepart.util.parallel import stream_in_order
 
     def produce(n: int):
         for k in range(50):

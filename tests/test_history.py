@@ -18,8 +18,8 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.cli import main
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
-from lancepart.sample import demo_events
 from lancepart.storage.manifest import join_uri
+from lancepart.util.sample import demo_events
 from tests.conftest import create_events_ns
 
 

@@ -38,7 +38,7 @@ from lancepart.errors import (
     UnsafeLocationError,
 )
 from lancepart.model.spec import arrow_type_to_json
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 
 ID_RE = re.compile(r"^v1(\$[0-9a-z]{16})+\$dataset$")
 LOCATION_RE = re.compile(r"^[0-9a-f]{8}_v1(\$[0-9a-z]{16})+\$dataset$")

@@ -17,7 +17,7 @@ import yaml
 from lancepart import PartitionedNamespace
 from lancepart.config import JobConfig
 from lancepart.job_runner import run_ingest
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.procs import run_job_probe
 
 pytestmark = pytest.mark.spark

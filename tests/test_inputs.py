@@ -86,8 +86,8 @@ def test_stats_describe_measures_every_table(tmp_path: Path):
 
 def test_column_types_documents_and_durations_as_written(tmp_path: Path):
     from lancepart.config import load_document
-    from lancepart.durations import format_duration, parse_duration
     from lancepart.model.spec import arrow_type_from_text
+    from lancepart.util.durations import format_duration, parse_duration
 
     assert arrow_type_from_text("decimal(12, 2)") == pa.decimal128(12, 2)
     assert arrow_type_from_text("decimal256(40,4)") == pa.decimal256(40, 4)

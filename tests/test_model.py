@@ -61,7 +61,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from lancepart import PartitionedNamespace, faults
+from lancepart import PartitionedNamespace
 from lancepart.errors import (
     AmbiguousMatchError,
     CorruptNamespaceError,
@@ -74,6 +74,7 @@ from lancepart.errors import (
 )
 from lancepart.evolution.schema_evolution import table_field_ids
 from lancepart.storage.manifest import join_uri
+from lancepart.util import faults
 
 # --------------------------------------------------------------------------- known defects
 #: Defects on main being fixed (issue 21), by name: what each breaks, and how the model keeps away
@@ -1086,7 +1087,7 @@ class NamespaceModel(RuleBasedStateMachine):
                                                "rollback", "create_index"]))
     def fault_before_commit(self, data, op) -> None:
         """The operation dies right before its ``__manifest`` commit (an InjectedFault from
-        lancepart/faults.py): nothing published, the oracle unchanged."""
+        lancepart/util/faults.py): nothing published, the oracle unchanged."""
         if op in ("append", "overwrite"):
             self.do_write(data, op, fault=True)
         elif op == "replace_where" and self.schema_guard():

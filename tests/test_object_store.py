@@ -32,8 +32,8 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import StorageUnavailableError
-from lancepart.sample import demo_events
 from lancepart.storage.manifest import COMMIT_LOCK_DIR_OPTION, Manifest, join_uri
+from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC, assert_read_versions_only_increase, expected_keys
 from tests.procs import release, wait_until_reached
 from tests.s3_server import ACCESS_KEY, REGION, S3Server, moto_s3

@@ -12,7 +12,7 @@ import lance
 import pytest
 
 from lancepart.cli import EXIT_OK, main
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 
 FILTERS = [
     "event_date = DATE '2025-12-03'",

@@ -13,7 +13,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import DataFilesMissingError, InvalidArgumentError, MissingDependencyError
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import create_events_ns
 
 FILTERS = [
@@ -224,7 +224,7 @@ def test_stream_in_order_producers_end_when_the_consumer_leaves():
     ends too when the consumer leaves early: no thread is left blocked."""
     import time
 
-    from lancepart.parallel import stream_in_order
+    from lancepart.util.parallel import stream_in_order
 
     before = _pool_threads()
     stream = stream_in_order(lambda x: [x], list(range(8)), window=4, buffered=1)

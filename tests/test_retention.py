@@ -2,7 +2,7 @@
 the boundaries", items 4, 5, 11, 12 and 15; docs/retention.md).
 
 Real Lance tables on disk, real writer processes (tests/crash_proc.py) paused or racing at
-protocol steps (lancepart/faults.py), real files made undeletable (``chattr +i``),
+protocol steps (lancepart/util/faults.py), real files made undeletable (``chattr +i``),
 truncated or deleted on disk, and plain pylance to check what is published: every table of
 the latest ``__manifest`` opened at its ``read_version``.
 """

@@ -18,8 +18,8 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.cli import main
 from lancepart.errors import InvalidArgumentError
-from lancepart.sample import demo_events
 from lancepart.storage.manifest import join_uri
+from lancepart.util.sample import demo_events
 from lancepart.write import batches
 from tests.conftest import assert_read_versions_only_increase, copy_ns, create_events_ns, manifest_version
 from tests.procs import run_cli, wait_for_unpublished_versions, write_rows

@@ -26,8 +26,8 @@ from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.evolution.schema_evolution import MAX_FIELD_ID_KEY, TABLE_FIELD_IDS_KEY
 from lancepart.model.spec import field_id_of
-from lancepart.sample import demo_events
 from lancepart.storage.manifest import join_uri
+from lancepart.util.sample import demo_events
 from tests.procs import wait_until_reached
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,7 +244,7 @@ _SCHEMA_PROC = textwrap.dedent("""
 _WRITE_PROC = textwrap.dedent("""
     import sys, time
     from lancepart import PartitionedNamespace
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
     root, n, start_at = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     ns = PartitionedNamespace.open(root)
     time.sleep(max(0.0, start_at - time.time()))
@@ -345,7 +345,7 @@ _SLOW_WRITE = textwrap.dedent("""
     import json, sys
     from lancepart import PartitionedNamespace
     from lancepart.errors import LancepartError
-    from lancepart.sample import demo_events
+    from lancepart.util.sample import demo_events
     ns = PartitionedNamespace.open(sys.argv[1])
     try:
         r = ns.write(demo_events(100, seed=21, start_id=50_000, days=1))

@@ -20,8 +20,8 @@ import pytest
 
 from lancepart.errors import DuplicateKeyError
 from lancepart.model.spec import field_id_of
-from lancepart.sample import demo_events
 from lancepart.storage.manifest import join_uri
+from lancepart.util.sample import demo_events
 from lancepart.write import upgrade as schema_upgrade
 from tests.conftest import create_events_ns, manifest_version
 
@@ -338,8 +338,8 @@ def test_verify_reports_rows_a_foreign_writer_appended_beyond_read_version(root)
     partition leaves the foreign rows out."""
     import os
 
-    from lancepart import faults
     from lancepart.errors import LancepartError
+    from lancepart.util import faults
 
     ns = create_events_ns(root)
     ns.write(demo_events(100, seed=1, days=1))

@@ -19,7 +19,7 @@ import yaml
 
 from lancepart.errors import StorageUnavailableError
 from lancepart.redact import redact, register
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.s3_server import S3Server, moto_s3
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart import spark as lps
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC, create_events_ns
 
 pytestmark = pytest.mark.spark

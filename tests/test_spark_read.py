@@ -18,7 +18,7 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart import spark as lps
 from lancepart.errors import InvalidArgumentError
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC
 
 pytestmark = pytest.mark.spark

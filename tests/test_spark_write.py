@@ -14,8 +14,8 @@ import pytest
 
 from lancepart import PartitionedNamespace, SchemaMismatchError
 from lancepart import spark as lps
-from lancepart.sample import demo_events
 from lancepart.spark.sample import generated_events
+from lancepart.util.sample import demo_events
 from tests.conftest import expected_keys
 from tests.procs import release, wait_until_reached
 

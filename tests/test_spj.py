@@ -26,7 +26,7 @@ from lancepart.read.spj import (
     plan_groups,
 )
 from lancepart.results import PartitionInfo
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC
 
 

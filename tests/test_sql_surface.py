@@ -14,7 +14,7 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
 from lancepart.read.engines import scan_predicate
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 from tests.conftest import create_events_ns
 
 DIM = pa.table({"country": ["US", "FR", "DE", "JP"], "region": ["americas", "europe", "europe", "asia"]})

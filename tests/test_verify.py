@@ -21,8 +21,8 @@ import pytest
 
 from lancepart import PartitionedNamespace, Problem, VerifyReport
 from lancepart.cli import main
-from lancepart.sample import demo_events
 from lancepart.storage.manifest import join_uri
+from lancepart.util.sample import demo_events
 from tests.conftest import copy_ns, create_events_ns
 
 HERE = Path(__file__).resolve().parent

@@ -19,8 +19,8 @@ import pytest
 
 from lancepart import CommitConflictError, PartitionedNamespace, SchemaMismatchError
 from lancepart.errors import InvalidArgumentError
-from lancepart.faults import InjectedFault
-from lancepart.sample import demo_events
+from lancepart.util.faults import InjectedFault
+from lancepart.util.sample import demo_events
 from tests.conftest import assert_read_versions_only_increase, expected_keys
 from tests.procs import release, wait_until_reached
 

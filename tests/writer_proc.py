@@ -1,6 +1,6 @@
 """A writer process for the concurrency and crash tests: writes demo rows with ids
 [start, start+rows) into ROOT and prints the CommitResult as JSON. Faults come from
-LANCEPART_FAULT (lancepart.faults)."""
+LANCEPART_FAULT (lancepart.util.faults)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import CommitConflictError
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 
 
 def main() -> int:

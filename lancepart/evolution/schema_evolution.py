@@ -36,7 +36,6 @@ from typing import Any
 import lance
 import pyarrow as pa
 
-from lancepart import faults
 from lancepart.errors import (
     InvalidArgumentError,
     SchemaMismatchError,
@@ -51,6 +50,7 @@ from lancepart.model.spec import (
 )
 from lancepart.results import CommitResult
 from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot
+from lancepart.util import faults
 
 log = logging.getLogger("lancepart.schema")
 

@@ -138,7 +138,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.file import LanceFileSession
 
-from lancepart.durations import parse_duration
 from lancepart.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -149,12 +148,13 @@ from lancepart.errors import (
 )
 from lancepart.model.ids import check_location
 from lancepart.ops.repair import ensure_intact
-from lancepart.parallel import map_threads
 from lancepart.results import CleanupStats
 from lancepart.storage.error_mapping import table_failure
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri, normalize_root
 from lancepart.storage.table_commit import DROPS_UNPUBLISHED
+from lancepart.util.durations import parse_duration
+from lancepart.util.parallel import map_threads
 from lancepart.write.batches import prepare_for_cleanup
 
 log = logging.getLogger("lancepart.cleanup")
@@ -211,7 +211,7 @@ class _Tally:
 
 
 def parse_retention(value: Any) -> timedelta:
-    """The retention floor property as a timedelta (:func:`lancepart.durations.parse_duration`);
+    """The retention floor property as a timedelta (:func:`lancepart.util.durations.parse_duration`);
     :class:`ConfigError` naming the key when it cannot be read.
 
     >>> parse_retention("1d12h")

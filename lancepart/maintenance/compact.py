@@ -42,18 +42,18 @@ import lance
 from lance.fragment import FragmentMetadata
 from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
-from lancepart import faults
 from lancepart.errors import CommitConflictError, FragmentsGoneError, InvalidArgumentError, LancepartError
 from lancepart.evolution.schema_evolution import columns_of
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations, index_state
 from lancepart.model.ids import check_location
-from lancepart.parallel import map_threads
 from lancepart.read.snapshot import open_partition
 from lancepart.results import CommitResult, PartitionInfo
 from lancepart.storage.error_mapping import table_failure as describe_failure
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import Manifest, ManifestSnapshot, join_uri
 from lancepart.storage.table_commit import _ident, commit_table
+from lancepart.util import faults
+from lancepart.util.parallel import map_threads
 from lancepart.write.publish import LeaveOut, Made, TableChange, publish_changes
 
 if TYPE_CHECKING:

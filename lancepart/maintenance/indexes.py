@@ -36,10 +36,10 @@ from lancepart.index import (
     make_declaration,
 )
 from lancepart.model.ids import check_location
-from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
+from lancepart.util.parallel import map_threads
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
 if TYPE_CHECKING:

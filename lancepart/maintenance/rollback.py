@@ -45,16 +45,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
 
-from lancepart import faults
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
 from lancepart.maintenance.drop import _without
 from lancepart.model import ids as _ids
 from lancepart.ops.history import retained_versions, snapshot_at
-from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import ManifestSnapshot, is_not_found, join_uri, set_read_versions
 from lancepart.storage.table_commit import _ident, commit_exactly
+from lancepart.util import faults
+from lancepart.util.parallel import map_threads
 from lancepart.write import batches
 
 if TYPE_CHECKING:

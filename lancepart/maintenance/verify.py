@@ -47,10 +47,10 @@ from lancepart.index import IndexDeclaration, declarations, index_state
 from lancepart.model.ids import SPEC_KEY_PREFIX, check_location
 from lancepart.model.spec import FIELD_ID_KEY_BYTES, PartitionSpec, field_id_of
 from lancepart.model.transforms import losslessly_castable
-from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo, Problem, VerifyReport
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import STANDARD_FIELDS, VERSION_FIELDS, Manifest, is_not_found, join_uri
+from lancepart.util.parallel import map_threads
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle

@@ -41,7 +41,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart import faults
 from lancepart.arguments import check_filter, check_int
 from lancepart.errors import (
     CorruptTableError,
@@ -52,6 +51,7 @@ from lancepart.errors import (
 )
 from lancepart.results import PartitionInfo
 from lancepart.storage.manifest import MERGE_KEYS_PROPERTY, OPERATION_PROPERTY, Manifest, join_uri
+from lancepart.util import faults
 
 CHANGE_COLUMNS = [
     pa.field("_change_type", pa.utf8(), nullable=False),
@@ -497,8 +497,8 @@ def change_stream(ns: Any, start_version: int, end_version: int | None = None, *
     ``start_version`` up to ``end_version`` (default: the handle's version), planned now (errors
     about the range are raised here) and read as the stream is consumed, commit after commit,
     a few tables ahead on threads."""
-    from lancepart.parallel import stream_in_order
     from lancepart.read.snapshot import TABLES_IN_FLIGHT
+    from lancepart.util.parallel import stream_in_order
 
     plan = plan_changes(ns, start_version, end_version, filter=filter, columns=columns)
     root, so = ns.root, ns.storage_options

@@ -33,11 +33,11 @@ import pyarrow.compute as pc
 
 from lancepart.arguments import check_columns, check_int, check_text, invalid
 from lancepart.errors import InvalidArgumentError
-from lancepart.parallel import map_threads
 from lancepart.read.snapshot import apply_filter, open_published
 from lancepart.results import PartitionInfo
 from lancepart.storage.error_mapping import storage_errors
 from lancepart.storage.manifest import join_uri
+from lancepart.util.parallel import map_threads
 
 log = logging.getLogger("lancepart.read")
 

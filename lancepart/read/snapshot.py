@@ -25,11 +25,11 @@ import pyarrow as pa
 from lancepart.arguments import check_columns, check_int
 from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
 from lancepart.model.ids import check_location
-from lancepart.parallel import MAX_WORKERS, stream_in_order
 from lancepart.results import PartitionInfo
 from lancepart.storage.error_mapping import storage_errors, typed_error, unreadable_file
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import is_not_found, join_uri
+from lancepart.util.parallel import MAX_WORKERS, stream_in_order
 
 log = logging.getLogger("lancepart.read")
 

@@ -33,13 +33,13 @@ import pyarrow.compute as pc
 from lancepart.deprecation import keyword_only
 from lancepart.errors import InvalidArgumentError, SchemaMismatchError
 from lancepart.namespace import PartitionedNamespace
-from lancepart.parallel import map_threads
 from lancepart.results import PartitionInfo
 from lancepart.results import info_from_json as info_from_json  # re-exported
 from lancepart.results import info_to_json as info_to_json  # re-exported
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 from lancepart.storage.error_mapping import public_operation
+from lancepart.util.parallel import map_threads
 
 log = logging.getLogger("lancepart.spark")
 

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from lancepart.sample import demo_events
+from lancepart.util.sample import demo_events
 
 
 def generated_events(spark, rows: int, seed: int = 42, slices: int | None = None):
-    """A DataFrame of :func:`lancepart.sample.demo_events` rows, ``rows`` in all, made per
+    """A DataFrame of :func:`lancepart.util.sample.demo_events` rows, ``rows`` in all, made per
     Spark partition from its id range (deterministic for a given ``slices``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 

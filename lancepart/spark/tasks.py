@@ -78,7 +78,7 @@ def _with_options(task: Task, shipped: Any) -> Callable[[Iterator[str]], list[st
     order."""
 
     def run(items: Iterator[str]) -> list[str]:
-        from lancepart.parallel import map_threads
+        from lancepart.util.parallel import map_threads
 
         options = options_value(shipped)
         return map_threads(lambda item: task(item, options), list(items), max_workers=TABLES_IN_FLIGHT)

@@ -34,7 +34,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from lancepart import faults
 from lancepart.deprecation import keyword_only
 from lancepart.errors import InvalidArgumentError
 from lancepart.evolution.file_format import data_storage_version
@@ -46,6 +45,7 @@ from lancepart.spark.tasks import options_value, spark_action
 from lancepart.spark.workers import check_workers
 from lancepart.storage.error_mapping import public_operation
 from lancepart.storage.manifest import join_uri
+from lancepart.util import faults
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_tables
 from lancepart.write.local import check_mode
@@ -98,9 +98,9 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from lancepart.model.spec import PartitionSpec
-        from lancepart.parallel import map_threads
         from lancepart.storage.error_mapping import storage_errors
         from lancepart.storage.manifest import Manifest
+        from lancepart.util.parallel import map_threads
         from lancepart.write.create import write_new_fragments
         from lancepart.write.plan import conform, group_rows, partition_values
         from lancepart.write.upgrade import append_fragments

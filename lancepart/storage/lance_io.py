@@ -137,7 +137,7 @@ def one_open_per_version() -> Iterator[None]:
     """Within it (one operation: every public operation runs in one, see
     :mod:`lancepart.storage.error_mapping`), a table opened at a known version with ``reuse=True`` is
     opened once and the same dataset is handed to every later such :func:`open_table` of that
-    version, on any thread of :func:`lancepart.parallel.map_threads`: an open at a version costs
+    version, on any thread of :func:`lancepart.util.parallel.map_threads`: an open at a version costs
     a request even when the session has its manifest. A version is immutable; what can change
     is whether it still exists, which a caller asking that opens without ``reuse``."""
     if _opened.get() is not None:

@@ -43,9 +43,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart.durations import parse_duration
 from lancepart.errors import CorruptNamespaceError, InvalidArgumentError
-from lancepart.parallel import map_threads
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import BATCH_ID_PROPERTY as BATCH_ID_PROPERTY  # re-exported
 from lancepart.storage.manifest import (
@@ -58,6 +56,8 @@ from lancepart.storage.manifest import (
     is_not_found,
     join_uri,
 )
+from lancepart.util.durations import parse_duration
+from lancepart.util.parallel import map_threads
 
 log = logging.getLogger("lancepart.write")
 T = TypeVar("T")

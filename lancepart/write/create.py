@@ -34,9 +34,9 @@ from lancepart.errors import LancepartError
 from lancepart.evolution.file_format import fragments_data_storage_version
 from lancepart.model import ids as _ids
 from lancepart.model.spec import PartitionSpec
-from lancepart.parallel import map_threads
 from lancepart.storage import lance_io
 from lancepart.storage.manifest import Manifest, ManifestConflict, ManifestSnapshot, commit_lock, join_uri
+from lancepart.util.parallel import map_threads
 from lancepart.write.publish import TableWrite
 from lancepart.write.reserve import partition_rows, remove_table_dir, reserve_partitions, resolve_object_ids
 

@@ -28,11 +28,11 @@ from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import DataFilesMissingError
-from lancepart.parallel import map_threads
 from lancepart.storage.error_mapping import table_error
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import Manifest, ManifestConflict, is_not_found, join_uri
 from lancepart.storage.table_commit import file_path
+from lancepart.util.parallel import map_threads
 
 
 def _local_path(uri: str) -> str | None:

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lancepart import faults
 from lancepart.errors import InvalidArgumentError, SchemaChangedError
 from lancepart.evolution.file_format import data_storage_version
 from lancepart.model import ids as _ids
-from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.storage.error_mapping import storage_errors
+from lancepart.util import faults
+from lancepart.util.parallel import map_threads
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values

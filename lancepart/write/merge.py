@@ -48,7 +48,6 @@ import pyarrow.compute as pc
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
-from lancepart import faults
 from lancepart.errors import (
     AmbiguousMatchError,
     CommitConflictError,
@@ -67,7 +66,6 @@ from lancepart.model.ids import check_location
 from lancepart.model.keys import comparable_keys as comparable_keys  # re-exported
 from lancepart.model.keys import key_values as key_values  # re-exported
 from lancepart.model.spec import PartitionField, PartitionSpec, field_id_of
-from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import (
@@ -83,6 +81,8 @@ from lancepart.storage.manifest import (
     join_uri,
 )
 from lancepart.storage.table_commit import _ident, check_fields, commit_exactly
+from lancepart.util import faults
+from lancepart.util.parallel import map_threads
 from lancepart.write import batches
 from lancepart.write.create import NewTables, create_table_with
 from lancepart.write.guard import commit_on_published

@@ -29,7 +29,6 @@ from typing import Any, Protocol
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
-from lancepart import faults
 from lancepart.errors import (
     CommitConflictError,
     CorruptNamespaceError,
@@ -41,7 +40,6 @@ from lancepart.errors import (
 from lancepart.evolution.schema_evolution import columns_of
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations
 from lancepart.model.ids import check_location
-from lancepart.parallel import map_threads
 from lancepart.results import CommitResult
 from lancepart.storage.error_mapping import table_failure
 from lancepart.storage.manifest import (
@@ -56,6 +54,8 @@ from lancepart.storage.manifest import (
     join_uri,
 )
 from lancepart.storage.table_commit import commit_table
+from lancepart.util import faults
+from lancepart.util.parallel import map_threads
 from lancepart.write import batches
 from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.reserve import remove_table_dir

@@ -32,7 +32,6 @@ from lancepart.errors import CorruptTableError
 from lancepart.evolution.file_format import data_storage_version
 from lancepart.model import ids as _ids
 from lancepart.model.spec import PartitionSpec
-from lancepart.parallel import map_threads
 from lancepart.storage import lance_io
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import (
@@ -45,6 +44,7 @@ from lancepart.storage.manifest import (
     join_uri,
     metadata_json,
 )
+from lancepart.util.parallel import map_threads
 
 
 @dataclass(frozen=True)

@@ -142,8 +142,8 @@ def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max
     they are not upgraded one commit each). A table another commit got in the way of is left
     as it is: :func:`append_fragments` upgrades it alone. Returns ``{object_id: version
     published}`` of the tables upgraded. Nothing is opened when the schema never changed."""
-    from lancepart.parallel import map_threads
     from lancepart.storage.manifest import join_uri
+    from lancepart.util.parallel import map_threads
 
     if not tables:
         return {}
