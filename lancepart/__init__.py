@@ -108,6 +108,8 @@ __all__ = [
 
 # old module name -> its home; importing the old name gives the module of the new one
 _MOVED = {
+    "lancepart.cli_args": "lancepart.cli.args",
+    "lancepart.cli_read": "lancepart.cli.read",
     "lancepart.durations": "lancepart.util.durations",
     "lancepart.parallel": "lancepart.util.parallel",
     "lancepart.faults": "lancepart.util.faults",

@@ -50,7 +50,7 @@ def release(go: str) -> None:
 
 def run_cli(*args: str, fault: str | None = None) -> subprocess.Popen:
     """``lancepart ARGS --json -q`` in a child process (stdout: the JSON result)."""
-    code = "import sys; from lancepart.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from lancepart.cli.commands import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.Popen([sys.executable, "-c", code, *args, "--json", "-q"], env=child_env(fault),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -19,7 +19,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from lancepart.cli import EXIT_LANCEPART, EXIT_OK, EXIT_RETRY, EXIT_USAGE, format_duration, parse_duration
+from lancepart.cli.commands import EXIT_LANCEPART, EXIT_OK, EXIT_RETRY, EXIT_USAGE, format_duration, parse_duration
 from lancepart.util.sample import demo_events
 from tests.conftest import EVENTS_SPEC, expected_keys
 from tests.procs import release, wait_until_reached
@@ -428,7 +428,7 @@ def test_index_takes_the_action_before_or_after_root(made, tmp_path, capsys):
 
 def test_the_readme_lists_every_command():
     """README "Ways in" shows every subcommand of the console script, one line each."""
-    from lancepart.cli import build_parser
+    from lancepart.cli.commands import build_parser
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     sub = next(a for a in build_parser()._actions if a.dest == "command")

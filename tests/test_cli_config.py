@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lancepart.cli import EXIT_LANCEPART, EXIT_OK, EXIT_USAGE, main
+from lancepart.cli.commands import EXIT_LANCEPART, EXIT_OK, EXIT_USAGE, main
 from lancepart.config import JobConfig
 from lancepart.errors import ConfigError
 

@@ -202,7 +202,7 @@ def test_storage_options_file_and_environment_under_the_config(tmp_path, monkeyp
 def test_cli_storage_options_order(tmp_path, monkeypatch):
     """The CLI merges $LANCEPART_STORAGE_OPTIONS, then --storage-options-file, then the config's
     namespace.storage, then --storage-option; later ones win (docs/configuration.md)."""
-    from lancepart.cli import _merge_common, _target, build_parser
+    from lancepart.cli.commands import _merge_common, _target, build_parser
 
     monkeypatch.setenv("LANCEPART_STORAGE_OPTIONS", json.dumps({"a": "env", "b": "env", "c": "env", "d": "env"}))
     options = tmp_path / "so.json"

@@ -11,7 +11,7 @@ import datafusion
 import lance
 import pytest
 
-from lancepart.cli import EXIT_OK, main
+from lancepart.cli.commands import EXIT_OK, main
 from lancepart.util.sample import demo_events
 
 FILTERS = [

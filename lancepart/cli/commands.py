@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lancepart.cli_args import (  # re-exported: callers and tests import them from here
+from lancepart.cli.args import (  # re-exported: callers and tests import them from here
     STORAGE_OPTIONS_ENV,
     UsageError,
     _non_negative_int,
@@ -63,7 +63,7 @@ from lancepart.cli_args import (  # re-exported: callers and tests import them f
     parse_duration,
     storage_options,
 )
-from lancepart.cli_read import (
+from lancepart.cli.read import (
     _cmd_changes,
     _cmd_describe,
     _cmd_explain,
@@ -811,7 +811,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:  # main() may run in a longer-lived process (tests, notebooks)
         logger.removeHandler(handler)
         logger.setLevel(level)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,7 @@ from lancepart.stats import describe, human_bytes
 if TYPE_CHECKING:
     from lancepart.namespace import PartitionedNamespace
 
-from lancepart.cli_args import UsageError, _open, _Progress
+from lancepart.cli.args import UsageError, _open, _Progress
 
 
 # --------------------------------------------------------------------------- describe
