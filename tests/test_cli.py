@@ -444,7 +444,7 @@ def test_storage_options_on_a_local_root_are_named_as_ignored(made, caplog):
     assert "aws_region, aws_secret_access_key are ignored" in err and "local path" in err and "hunter2" not in err
     from lancepart import PartitionedNamespace
 
-    with caplog.at_level("WARNING", logger="lancepart.storage.manifest"):
+    with caplog.at_level("WARNING", logger="lancepart.manifest"):
         PartitionedNamespace.open(str(made), storage_options={"lancepart_commit_lock_dir": str(made) + ".locks"})
         assert "are ignored" not in caplog.text
         PartitionedNamespace.open(str(made), storage_options={"region": "x"})
