@@ -151,7 +151,7 @@ def _warn_at_importer(message: str) -> None:
                                         or frame.f_code.co_filename == __file__):
         frame = frame.f_back
     warnings.warn_explicit(message, DeprecationWarning, frame.f_code.co_filename, frame.f_lineno,
-                           module=frame.f_globals.get("__name__"))
+                           module=frame.f_globals.get("__name__", "<unknown>"))
 
 
 class _OldNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
