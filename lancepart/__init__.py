@@ -3,7 +3,7 @@
 >>> from lancepart import PartitionedNamespace, PartitionSpec, PartitionField
 
 Modules live in packages (docs/development.md "Where things live"); a module that moved keeps
-its old name: ``import lancepart.model.spec`` is ``lancepart.model.spec``, the same module object
+its old name: ``import lancepart.spec`` is ``lancepart.model.spec``, the same module object
 (:data:`_MOVED`). The names in :data:`_DEPRECATED` go in 0.2 and warn.
 """
 
@@ -13,6 +13,10 @@ import importlib.machinery
 import sys
 import warnings
 
+# first: Lance reads its settings at its first commit, and its log filter when it is imported
+from lancepart.storage import lance_env  # noqa: F401
+
+# isort: split
 from lancepart.errors import (  # every public error type (docs/errors.md)
     AmbiguousMatchError,
     CommitConflictError,
@@ -53,7 +57,6 @@ from lancepart.model.spec import PartitionField, PartitionSpec, Transform
 from lancepart.namespace import PartitionedNamespace
 from lancepart.ops.repair import RepairReport
 from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, Problem, VerifyReport
-from lancepart.storage import lance_env  # noqa: F401  (first: Lance reads its settings at its first commit)
 
 __version__ = "0.1.0"
 
@@ -156,8 +159,8 @@ def _warn_at_importer(message: str) -> None:
 
 class _OldNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports an old module name (:data:`_MOVED`, :data:`_DEPRECATED`) as its new module: the
-    same object, registered under both names, so ``from lancepart.model.spec import X``, pickles by
-    the old path and ``monkeypatch.setattr("lancepart.model.spec.X", ...)`` all reach the one module."""
+    same object, registered under both names, so ``from lancepart.spec import X``, pickles that
+    name the old path and ``monkeypatch.setattr("lancepart.spec.X", ...)`` all reach the one module."""
 
     def __init__(self) -> None:
         self._specs: dict[str, importlib.machinery.ModuleSpec] = {}
@@ -184,7 +187,7 @@ if not any(isinstance(f, _OldNames) for f in sys.meta_path):
 
 
 def __getattr__(name: str):
-    """``lancepart.model.spec`` (attribute access, ``from lancepart import spec``) for a moved module."""
+    """``lancepart.spec`` (attribute access, ``from lancepart import spec``) for a moved module."""
     if f"lancepart.{name}" in _MOVED or f"lancepart.{name}" in _DEPRECATED:
         return importlib.import_module(f"lancepart.{name}")
     raise AttributeError(f"module 'lancepart' has no attribute {name!r}")
