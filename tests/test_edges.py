@@ -241,8 +241,8 @@ def test_write_after_an_unpublished_rollback_keeps_the_published_schema(tmp_path
     committing them on that version published a table whose ``x`` and ``tag`` read NULL. The
     commit now restores the published version first when the latest one's schema differs
     (docs/design.md §8 hazard 2): every value reads back, with plain pylance too."""
-    from lancepart import faults
-    from lancepart.faults import InjectedFault
+    from lancepart.util import faults
+    from lancepart.util.faults import InjectedFault
 
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("part", pa.utf8()), ("x", pa.int32())])
     spec = {"id": 1, "fields": [{"field_id": "part", "source_ids": [1], "transform": {"type": "identity"},
