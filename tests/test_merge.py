@@ -566,3 +566,35 @@ def test_a_table_created_concurrently_in_a_partition_of_the_keys_is_detected(key
     assert result["details"]["tables_read"] == 2
     got = published_keyed(keyed.root)  # raises on a doubled id
     assert len(got) == 1_010 and all(got[i] == 7.0 for i in range(5_000, 5_010)) and got[5] == 1.0
+
+
+def test_a_merge_losing_every_round_gives_up_after_max_retries_evaluations(ns, monkeypatch):
+    """One bound for the whole merge: each attempt of the one commit producer evaluates at most
+    once, so a merge whose candidates move on every attempt (here: a rival appends to a table the
+    merge reads, during each evaluation, so every ``__manifest`` commit conflicts) is given up
+    after ``max_retries + 1`` evaluations with nothing published, not evaluated again inside
+    every publish attempt of every outer attempt (spec "Transaction / Commit Behavior")."""
+    import lancepart.write.merge as merge_mod
+    from lancepart.errors import CommitConflictError
+
+    rival = PartitionedNamespace.open(ns.root)
+    base = ns.to_table(filter=DAY1)
+    calls = {"n": 0}
+    evaluate = merge_mod.MergePlan.evaluate
+
+    def evaluate_then_rival_appends(self, snap):
+        calls["n"] += 1
+        out = evaluate(self, snap)
+        extra = base.slice(0, 1).to_pydict()
+        extra["id"] = [50_000 + calls["n"]]
+        rival.write(pa.table(extra, schema=base.schema))  # into a partition the merge reads
+        return out
+
+    monkeypatch.setattr(merge_mod.MergePlan, "evaluate", evaluate_then_rival_appends)
+    rows_before = ns.to_table().num_rows
+    update = base.slice(0, 5)
+    with pytest.raises(CommitConflictError, match="nothing was published"):
+        ns.merge(update, on=["id"], max_retries=3)
+    assert calls["n"] <= 4, f"{calls['n']} evaluations for max_retries=3"
+    now = PartitionedNamespace.open(ns.root)
+    assert now.to_table().num_rows == rows_before + calls["n"]  # only the rival's rows were published

@@ -50,7 +50,7 @@ from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_tables
 from lancepart.write.local import check_mode
 from lancepart.write.plan import check_schema
-from lancepart.write.publish import TableWrite, already_published, fragments_from_json, publish
+from lancepart.write.publish import TableChange, already_published, fragments_from_json, publish
 
 log = logging.getLogger("lancepart.spark")
 
@@ -253,11 +253,11 @@ def write(
                              started=started, phases=phases, index_on_write=index_on_write)
 
 
-def table_writes(rows) -> dict[str, TableWrite]:
-    """One :class:`TableWrite` per partition table from the rows :func:`_write_task` returned."""
-    writes: dict[str, TableWrite] = {}
+def table_writes(rows) -> dict[str, TableChange]:
+    """One :class:`TableChange` per partition table from the rows :func:`_write_task` returned."""
+    writes: dict[str, TableChange] = {}
     for r in rows:
-        w = writes.setdefault(r["object_id"], TableWrite(r["object_id"], r["location"]))
+        w = writes.setdefault(r["object_id"], TableChange(r["object_id"], r["location"]))
         w.fragments.extend(fragments_from_json(json.loads(r["fragments"])))
         w.rows += r["num_rows"]
         if r["keys"] is not None and w.keys is None:  # a new partition: its values, to add its rows

@@ -37,7 +37,7 @@ from lancepart.model.spec import PartitionSpec
 from lancepart.storage import lance_io
 from lancepart.storage.manifest import Manifest, ManifestConflict, ManifestSnapshot, commit_lock, join_uri
 from lancepart.util.parallel import map_threads
-from lancepart.write.publish import TableWrite
+from lancepart.write.publish import TableChange
 from lancepart.write.reserve import partition_rows, remove_table_dir, reserve_partitions, resolve_object_ids
 
 log = logging.getLogger("lancepart.write")
@@ -103,7 +103,7 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     return [f.metadata for f in ds.get_fragments()], ds.version
 
 
-def create_tables(root: str, schema: pa.Schema, writes: Sequence[TableWrite],
+def create_tables(root: str, schema: pa.Schema, writes: Sequence[TableChange],
                   storage_options: Mapping[str, str] | None = None) -> None:
     """Create the table of every new partition in ``writes`` (those with ``keys``) with its
     fragments, on the bounded thread pool; sets each one's ``created`` version."""
@@ -121,7 +121,7 @@ class NewTables:
         self.manifest, self.spec, self.schema = manifest, spec, schema
         self.adopted = 0  # partitions whose rows moved into a table another writer published first
 
-    def rows(self, snap: ManifestSnapshot, by_oid: dict[str, TableWrite]) -> tuple[pa.Table | None, int]:
+    def rows(self, snap: ManifestSnapshot, by_oid: dict[str, TableChange]) -> tuple[pa.Table | None, int]:
         """``(rows to append, tables added)`` for the new tables in ``by_oid`` under ``snap``.
 
         A partition that ``snap`` already has (by its values), or whose table ``snap`` names
@@ -147,8 +147,8 @@ class NewTables:
         return added, len(new)
 
 
-def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Sequence[TableWrite],
-          by_oid: dict[str, TableWrite]) -> None:
+def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Sequence[TableChange],
+          by_oid: dict[str, TableChange]) -> None:
     """Move the rows of the new tables ``writes`` into the tables their partitions have in the
     latest ``__manifest`` (reserved if needed: a declared table is created and pinned first), as
     fragments of those tables to commit like any append; remove the tables this write created
@@ -157,7 +157,7 @@ def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Se
     res = reserve_partitions(manifest, spec, [c.combine_chunks() for c in keys.columns], schema)
     so = manifest.storage_options
 
-    def move(item: tuple[TableWrite, object]) -> list[FragmentMetadata]:
+    def move(item: tuple[TableChange, object]) -> list[FragmentMetadata]:
         w, ref = item
         from lancepart.write.upgrade import append_fragments
 
@@ -173,4 +173,4 @@ def adopt(manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, writes: Se
         del by_oid[w.object_id]
         if ref.object_id in by_oid:  # cannot happen (one write per partition); never drop rows if it does
             raise LancepartError(f"two writes of this job target partition table {ref.object_id}; nothing published")
-        by_oid[ref.object_id] = TableWrite(ref.object_id, ref.location, frags, w.rows, overwrite=w.overwrite)
+        by_oid[ref.object_id] = TableChange(ref.object_id, ref.location, frags, w.rows, overwrite=w.overwrite)

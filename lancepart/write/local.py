@@ -26,7 +26,7 @@ from lancepart.util.parallel import map_threads
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
-from lancepart.write.publish import TableWrite, already_published, publish
+from lancepart.write.publish import TableChange, already_published, publish
 from lancepart.write.reserve import reserve_partitions
 from lancepart.write.upgrade import append_fragments, upgrade_tables
 
@@ -113,7 +113,7 @@ def _write_local(
         t = time.monotonic()
         check(data, expectations)
         phases["expectations_s"] = time.monotonic() - t
-    writes: dict[str, TableWrite] = {}  # by lancepart's table object id of the partition
+    writes: dict[str, TableChange] = {}  # by lancepart's table object id of the partition
     file_version: str | None = None  # of the tables this write creates: read with the first reservation
     created = retries = n_chunks = 0
     so = manifest.storage_options
@@ -143,8 +143,8 @@ def _write_local(
             created += res.created
             retries += res.retries
             for i, ref in zip(unseen, res.tables, strict=True):
-                writes[oids[i]] = (TableWrite(oids[i], _ids.table_location(oids[i]), keys=groups.keys.slice(i, 1))
-                                   if ref is None else TableWrite(ref.object_id, ref.location,
+                writes[oids[i]] = (TableChange(oids[i], _ids.table_location(oids[i]), keys=groups.keys.slice(i, 1))
+                                   if ref is None else TableChange(ref.object_id, ref.location,
                                                                   published=ref.read_version))
             # existing tables in an older form of the schema: brought up to date in one commit
             # (after a schema change; nothing is opened before one)
@@ -160,7 +160,7 @@ def _write_local(
         phases["reserve_s"] = phases.get("reserve_s", 0.0) + time.monotonic() - t
         faults.checkpoint("after_reserve")
 
-        def write_group(item: tuple[TableWrite, pa.Table], file_version: str | None = file_version) -> list:
+        def write_group(item: tuple[TableChange, pa.Table], file_version: str | None = file_version) -> list:
             w, rows = item
             if w.keys is not None and one_pass:  # all its rows at once: the table is born with them
                 frags, w.created = create_table_with(rows, manifest.root, w.location, schema, max_rows_per_file, so,

@@ -50,7 +50,6 @@ from lance.fragment import FragmentMetadata
 
 from lancepart.errors import (
     AmbiguousMatchError,
-    CommitConflictError,
     DuplicateKeyError,
     InvalidArgumentError,
     InvalidFilterError,
@@ -75,9 +74,9 @@ from lancepart.storage.manifest import (
     ROWS_PROPERTY,
     ROWS_REMOVED_PROPERTY,
     Manifest,
+    ManifestChanges,
     ManifestConflict,
     ManifestSnapshot,
-    backoff,
     join_uri,
 )
 from lancepart.storage.table_commit import _ident, check_fields, commit_exactly
@@ -87,7 +86,7 @@ from lancepart.write import batches
 from lancepart.write.create import NewTables, create_table_with
 from lancepart.write.guard import commit_on_published
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
-from lancepart.write.publish import TableChange, TableWrite, already_published, publish_changes
+from lancepart.write.publish import CommitProducer, Made, TableChange, already_published
 from lancepart.write.reserve import remove_table_dir, reserve_partitions
 from lancepart.write.upgrade import append_fragments
 
@@ -167,10 +166,6 @@ class Evaluation:
     matched: pa.Table | None = None  # merge: the input keys that matched a published row
 
 
-class _Stale(Exception):
-    """Internal: a table the evaluation read moved; evaluate the change again."""
-
-
 def commit_change(uri: str, base_version: int | None, updated: Sequence[FragmentMetadata], removed_ids: Sequence[int],
                   new_fragments: Sequence[FragmentMetadata], storage_options: Mapping[str, str] | None = None,
                   max_attempts: int = 40) -> int:
@@ -230,7 +225,7 @@ def _check_main(candidates: Candidates, what: str) -> None:
 
 
 def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Table, max_rows_per_file: int,
-               max_retries: int) -> tuple[list[TableWrite], int]:
+               max_retries: int) -> tuple[list[TableChange], int]:
     """``rows`` written as fragments into their partitions, as :mod:`lancepart.write.local`
     writes a table in one pass: into the partition's table, or a new table created with them
     (published by :class:`NewTables`); ``(writes, reservation retries)``."""
@@ -242,11 +237,11 @@ def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Tab
     res = reserve_partitions(manifest, ns_spec, list(groups.key_arrays), schema, max_retries=max_retries,
                              create_missing=False)
     file_version = data_storage_version(res.snapshot.metadata)  # of the tables this merge creates
-    writes = [TableWrite(oid, _ids.table_location(oid), keys=groups.keys.slice(i, 1)) if ref is None
-              else TableWrite(ref.object_id, ref.location, published=ref.read_version)
+    writes = [TableChange(oid, _ids.table_location(oid), keys=groups.keys.slice(i, 1)) if ref is None
+              else TableChange(ref.object_id, ref.location, published=ref.read_version)
               for i, (oid, ref) in enumerate(zip(oids, res.tables, strict=True))]
 
-    def one(item: tuple[TableWrite, pa.Table]) -> list[FragmentMetadata]:
+    def one(item: tuple[TableChange, pa.Table]) -> list[FragmentMetadata]:
         w, part = item
         if w.keys is not None:
             frags, w.created = create_table_with(part, manifest.root, w.location, schema, max_rows_per_file, so,
@@ -264,104 +259,105 @@ def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Tab
 
 
 # writes the rows of an evaluation (taken on the snapshot given): (table writes, reservation retries)
-WriteRows = Callable[[Evaluation, ManifestSnapshot], tuple[list[TableWrite], int]]
+WriteRows = Callable[[Evaluation, ManifestSnapshot], tuple[list[TableChange], int]]
 
 
-def apply_change(ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Evaluation],
-                 candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None = None,
-                 max_retries: int = 20, max_rows_per_file: int = 1_048_576, write: WriteRows | None = None,
-                 fixed_writes: bool = False, started: float | None = None, phases: dict[str, Any] | None = None,
-                 properties: Mapping[str, str] | None = None) -> CommitResult:
-    """Evaluate a change on the latest snapshot, write its rows, commit each touched table and
-    publish everything in one ``__manifest`` commit; evaluate again when a candidate moved.
+class ChangeProducer(CommitProducer):
+    """The commit producer of a change (see the module docstring): its :meth:`changes` hook
+    evaluates the change on the attempt's snapshot and writes its rows, and on a later attempt
+    keeps them while the candidates did not move, or moved in a way the change commutes with
+    (:func:`commutes`); otherwise it evaluates again, rows written again included (the tables the
+    stale evaluation created are removed: nothing refers to them). A concurrent schema change
+    met while writing or committing does the same: the rows are converted on the next attempt.
 
     ``write`` writes the rows elsewhere (``lancepart.spark.merge``: in Spark tasks); default
     :func:`write_rows` on local threads. ``fixed_writes``: ``write`` returns the same writes on
     every attempt (rows written once, before the change: the data source's replaceWhere), so
-    the tables they created are kept for the next attempt (adopted there if needed). ``properties``
-    go with the ``__manifest`` commit (a merge records its keys: the change feed pairs an updated
-    row's old and new images by them)."""
-    started = time.monotonic() if started is None else started
-    manifest, schema, spec = ns.manifest, ns.schema, ns.current_spec
-    if batch_id is not None:
-        batches.check_batch_id(batch_id)
-        if (done := already_published(manifest, manifest.snapshot(), batch_id, started)) is not None:
-            return done
-    retries = 0
-    for attempt in range(max_retries + 1):
-        snap = manifest.snapshot()
-        t = time.monotonic()
+    the tables they created are kept for the next attempt (adopted there if needed), and a
+    schema change is the caller's to handle. ``properties`` go with the ``__manifest`` commit
+    (a merge records its keys: the change feed pairs an updated row's old and new images by
+    them). Every attempt counts against the one bound, ``max_retries``."""
+
+    def __init__(self, ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Evaluation],
+                 candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None,
+                 max_retries: int, max_rows_per_file: int, write: WriteRows | None, fixed_writes: bool,
+                 properties: Mapping[str, str] | None) -> None:
+        super().__init__(ns.manifest, what=what, batch_id=batch_id, max_retries=max_retries, index_on_write=True,
+                         new_tables=NewTables(ns.manifest, ns.current_spec, ns.schema))
+        self.ns, self.evaluate, self.candidates = ns, evaluate, candidates
+        self.extra_properties = dict(properties or {})
+        self.write = write if write is not None else (lambda ev, snap: write_rows(
+            ns.manifest, ns.current_spec, ns.schema, ev.rows, max_rows_per_file, max_retries))
+        self.fixed_writes = fixed_writes
+        self.ev: Evaluation | None = None
+        self.writes: list[TableChange] = []
+        self.deletions: dict[str, Deletions] = {}
+        self.evaluations = 0
+        self.reserve_retries = 0
+        self.evaluate_s = self.write_s = 0.0
+
+    # ------------------------------------------------------------------------------ hooks
+    def changes(self, snap: ManifestSnapshot) -> Sequence[TableChange] | None:
+        again = None
+        if self.ev is not None:
+            now = self.candidates(snap)
+            if now == self.ev.candidates:
+                return None  # nothing it read moved: rebase the same change
+            moved = sorted(o for o in set(now) | set(self.ev.candidates) if now.get(o) != self.ev.candidates.get(o))
+            t = time.monotonic()
+            again = self.evaluate(snap)
+            self.evaluate_s = time.monotonic() - t
+            if commutes(self.ev, again):  # the same change on this snapshot: only its table commits are redone
+                self.ev.candidates = again.candidates
+                for oid, d in self.deletions.items():
+                    d.valid_on.add(again.candidates[oid][1])
+                return None
+            log.info("%s: %d partition table(s) it read changed, e.g. %s; evaluating again on the new snapshot",
+                     self.what, len(moved), moved[0])
+            self.discard()
+        return self.evaluate_and_write(snap, again)
+
+    def properties_of(self, made: Sequence[Made]) -> Mapping[str, str]:
+        return {OPERATION_PROPERTY: self.what, ROWS_PROPERTY: str(sum(w.rows for w in self.writes)),
+                PARTITIONS_PROPERTY: str(len({w.object_id for w in self.writes} | set(self.deletions))),
+                ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in self.deletions.values())), **self.extra_properties}
+
+    def plan(self, snap: ManifestSnapshot) -> bool:
+        super().plan(snap)
+        return bool(self.by_oid)  # a change that changes nothing publishes nothing, its batch id included
+
+    def attempt(self, snap: ManifestSnapshot) -> tuple[ManifestChanges | None, list[Made]]:
         try:
-            ev = evaluate(snap)
-        except ManifestConflict as e:  # a published version it read was cleaned up; __manifest moved on
-            if attempt == max_retries:
-                raise CommitConflictError(f"{what}: {e}; nothing was published") from None
-            retries += 1
-            backoff(attempt, 0.05, 2.0)
-            continue
-        evaluate_s = time.monotonic() - t
+            return super().attempt(snap)
+        except SchemaChangedError as e:
+            if self.fixed_writes:
+                raise  # rows written once, before the change (the data source's tasks): the caller writes again
+            log.info("%s: %s; converting the rows on the new schema", self.what, e)
+            self.discard()
+            raise ManifestConflict(f"the namespace schema changed while the {self.what} ran: {e}") from None
+
+    # ------------------------------------------------------------------------------ steps of its own
+    def evaluate_and_write(self, snap: ManifestSnapshot, ev: Evaluation | None) -> list[TableChange]:
+        """Evaluate the change on ``snap`` (unless done: ``ev``), write its rows; its changes."""
+        if ev is None:
+            t = time.monotonic()
+            ev = self.evaluate(snap)  # ManifestConflict: a published version it read was cleaned up; rebase
+            self.evaluate_s = time.monotonic() - t
+        self.ev, self.evaluations = ev, self.evaluations + 1
         faults.checkpoint("after_plan")
         t = time.monotonic()
-        writes: list[TableWrite] = []
-        try:
-            writes, reserve_retries = (write(ev, snap) if write is not None else
-                                       write_rows(manifest, spec, schema, ev.rows, max_rows_per_file, max_retries))
-            write_s = time.monotonic() - t
-            retries += reserve_retries
-            snap2, outcome, commit_retries = _publish(manifest, spec, schema, ev, writes, candidates, what=what,
-                                                      batch_id=batch_id, max_retries=max_retries,
-                                                      properties=properties, evaluate=evaluate)
-        except (_Stale, SchemaChangedError) as e:  # a schema change: the rows are converted on the next attempt
-            if fixed_writes and isinstance(e, SchemaChangedError):
-                raise  # rows written once, before the change (the data source's tasks): the caller writes again
-            for w in [] if fixed_writes else writes:  # tables this attempt created: referenced by nothing
-                if w.created is not None:
-                    remove_table_dir(manifest.root, w.location, manifest.storage_options)
-            if attempt == max_retries:
-                raise CommitConflictError(f"{what}: evaluated {max_retries + 1} times, each time a partition table "
-                                          f"it read was changed by a concurrent publish first ({e}); nothing was "
-                                          f"published") from None
-            log.info("%s: %s; evaluating again on the new snapshot", what, e)
-            retries += 1
-            backoff(attempt, 0.05, 2.0)
-            continue
-        retries += commit_retries
-        break
-    skip, by_oid, deletions = outcome
-    if skip is not None:  # the tables it created were removed by the publish
-        return CommitResult(manifest_version=max(snap2.version, skip.manifest_version), batch_id=batch_id,
-                            skipped=True, seconds=round(time.monotonic() - started, 3),
-                            details=batches.result_details(skip, batches.batch_id_retention(snap2.metadata)))
-    touched = set(by_oid) | set(deletions)
-    result = CommitResult(
-        manifest_version=snap2.version, rows_written=sum(w.rows for w in by_oid.values()),
-        partitions_touched=len(touched), partitions_created=sum(1 for w in writes if w.created is not None),
-        retries=retries, batch_id=batch_id, seconds=round(time.monotonic() - started, 3),
-        details={**ev.details, "rows_deleted": sum(d.rows for d in deletions.values()),
-                 "evaluate_s": round(evaluate_s, 3), "write_s": round(write_s, 3), **(phases or {})},
-    )
-    if batch_id is not None:
-        result.details.update(batches.result_details(None, batches.batch_id_retention(snap2.metadata)))
-    log.info("%s published %d rows, removed %d, %d partitions (manifest version %d)", what, result.rows_written,
-             result.details["rows_deleted"], len(touched), snap2.version)
-    return result
+        self.writes, reserve_retries = self.write(ev, snap)
+        self.write_s, self.reserve_retries = time.monotonic() - t, self.reserve_retries + reserve_retries
+        self.forget()
+        self.deletions = {oid: d for oid, d in ev.deletions.items() if d.updated or d.removed}
+        by_oid = {w.object_id: w for w in self.writes}
+        return [self._change(o, self.deletions.get(o), by_oid.get(o))
+                for o in sorted(set(by_oid) | set(self.deletions))]
 
-
-def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, writes: list[TableWrite],
-             candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None,
-             max_retries: int, properties: Mapping[str, str] | None = None,
-             evaluate: Callable[[ManifestSnapshot], Evaluation] | None = None) -> tuple[ManifestSnapshot, Any, int]:
-    """The evaluation's changes (rows removed and rows added per table) through the one publish
-    path; :class:`_Stale` when a table it read moved and the change does not commute with what
-    moved it (:func:`commutes`, checked with ``evaluate`` on the new snapshot): then it is
-    evaluated again, rows written again included."""
-    deletions = {oid: d for oid, d in ev.deletions.items() if d.updated or d.removed}
-    by_oid = {w.object_id: w for w in writes}
-
-    def change(oid: str) -> TableChange:
-        d, w = deletions.get(oid), by_oid.get(oid)
+    def _change(self, oid: str, d: Deletions | None, w: TableChange | None) -> TableChange:
         if w is not None and w.created is not None:
-            return w  # a table this merge created, published by adding its row
+            return w  # a table this change created, published by adding its row
+        manifest = self.manifest
 
         def commit(published: int | None, location: str) -> int:
             if d is not None and d.base != published and published not in d.valid_on:  # cannot happen
@@ -372,26 +368,54 @@ def _publish(manifest: Manifest, spec: Any, schema: pa.Schema, ev: Evaluation, w
         return TableChange(oid, w.location if w else None, list(w.fragments) if w else [], w.rows if w else 0,
                            commit=commit)
 
-    def still_valid(snap: ManifestSnapshot) -> None:
-        now = candidates(snap)
-        if now != ev.candidates:
-            moved = sorted(o for o in set(now) | set(ev.candidates) if now.get(o) != ev.candidates.get(o))
-            again = evaluate(snap) if evaluate is not None else None
-            if again is None or not commutes(ev, again):
-                raise _Stale(f"{len(moved)} partition table(s) it read changed, e.g. {moved[0]}")
-            ev.candidates = again.candidates  # the same change on this snapshot: only its table commits are redone
-            for oid, d in deletions.items():
-                d.valid_on.add(again.candidates[oid][1])
+    def discard(self) -> None:
+        """Forget the evaluation; remove the tables it created (referenced by nothing)."""
+        for w in [] if self.fixed_writes else self.writes:
+            if w.created is not None:
+                remove_table_dir(self.manifest.root, w.location, self.manifest.storage_options)
+        self.ev, self.writes, self.deletions, self.by_oid = None, [], {}, {}
+        self.forget()
 
-    props = {OPERATION_PROPERTY: what, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
-             PARTITIONS_PROPERTY: str(len(set(by_oid) | set(deletions))),
-             ROWS_REMOVED_PROPERTY: str(sum(d.rows for d in deletions.values())), **(properties or {})}
-    changes = [change(o) for o in sorted(set(by_oid) | set(deletions))]
-    # a merge that changes nothing publishes nothing, its batch id included (it was checked unpublished)
-    pub = publish_changes(manifest, changes, what=what, properties=props, batch_id=batch_id if changes else None,
-                          new_tables=NewTables(manifest, spec, schema),
-                          index_on_write=True, check=still_valid, max_retries=max_retries)
-    return pub.snapshot, (pub.skipped, {c.object_id: c for c in pub.changes if c.fragments}, deletions), pub.retries
+
+def apply_change(ns: NamespaceHandle, evaluate: Callable[[ManifestSnapshot], Evaluation],
+                 candidates: Callable[[ManifestSnapshot], Candidates], *, what: str, batch_id: str | None = None,
+                 max_retries: int = 20, max_rows_per_file: int = 1_048_576, write: WriteRows | None = None,
+                 fixed_writes: bool = False, started: float | None = None, phases: dict[str, Any] | None = None,
+                 properties: Mapping[str, str] | None = None) -> CommitResult:
+    """Evaluate a change on the latest snapshot, write its rows, commit each touched table and
+    publish everything in one ``__manifest`` commit, by a :class:`ChangeProducer`."""
+    started = time.monotonic() if started is None else started
+    manifest = ns.manifest
+    if batch_id is not None:
+        batches.check_batch_id(batch_id)
+        if (done := already_published(manifest, manifest.snapshot(), batch_id, started)) is not None:
+            return done
+    producer = ChangeProducer(ns, evaluate, candidates, what=what, batch_id=batch_id, max_retries=max_retries,
+                              max_rows_per_file=max_rows_per_file, write=write, fixed_writes=fixed_writes,
+                              properties=properties)
+    pub = producer.publish()
+    snap2, skip, retries = pub.snapshot, pub.skipped, pub.retries + producer.reserve_retries
+    if skip is not None:  # the tables it created were removed by the publish
+        return CommitResult(manifest_version=max(snap2.version, skip.manifest_version), batch_id=batch_id,
+                            skipped=True, seconds=round(time.monotonic() - started, 3),
+                            details=batches.result_details(skip, batches.batch_id_retention(snap2.metadata)))
+    ev, deletions = producer.ev, producer.deletions
+    by_oid = {c.object_id: c for c in pub.changes if c.fragments}
+    touched = set(by_oid) | set(deletions)
+    result = CommitResult(
+        manifest_version=snap2.version, rows_written=sum(w.rows for w in by_oid.values()),
+        partitions_touched=len(touched),
+        partitions_created=sum(1 for w in producer.writes if w.created is not None),
+        retries=retries, batch_id=batch_id, seconds=round(time.monotonic() - started, 3),
+        details={**(ev.details if ev is not None else {}), "rows_deleted": sum(d.rows for d in deletions.values()),
+                 "evaluate_s": round(producer.evaluate_s, 3), "write_s": round(producer.write_s, 3),
+                 "evaluations": producer.evaluations, **(phases or {})},
+    )
+    if batch_id is not None:
+        result.details.update(batches.result_details(None, batches.batch_id_retention(snap2.metadata)))
+    log.info("%s published %d rows, removed %d, %d partitions (manifest version %d)", what, result.rows_written,
+             result.details["rows_deleted"], len(touched), snap2.version)
+    return result
 
 
 # ---------------------------------------------------------------------------------------- merge
@@ -711,7 +735,7 @@ def check_inside(rows: pa.Table, where: str) -> None:
 
 
 def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str | None = None,
-                  max_retries: int = 20, max_rows_per_file: int = 1_048_576, written: list[TableWrite] | None = None,
+                  max_retries: int = 20, max_rows_per_file: int = 1_048_576, written: list[TableChange] | None = None,
                   started: float | None = None, phases: dict[str, Any] | None = None, **options: Any
                   ) -> CommitResult:
     """Replace the published rows matching ``where`` by ``data`` in one publish (Delta's

@@ -60,16 +60,6 @@ from lancepart.write import batches
 from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.reserve import remove_table_dir
 
-
-class NewRows(Protocol):
-    """The ``__manifest`` rows of the tables an operation created with their data
-    (:class:`lancepart.write.create.NewTables`)."""
-
-    def rows(self, snap: ManifestSnapshot, by_oid: dict[str, TableChange]) -> tuple[pa.Table | None, int]:
-        """``(rows to add, tables added)`` under ``snap``; may adopt a partition another writer
-        published first (``by_oid`` updated) and raise ManifestConflict to rebase."""
-        ...
-
 log = logging.getLogger("lancepart.write")
 
 
@@ -101,7 +91,6 @@ class TableChange:
     removed: list[FragmentMetadata] = field(default_factory=list)
 
 
-TableWrite = TableChange  # the name the writers use: a change that adds fragments
 
 
 @dataclass
@@ -160,73 +149,182 @@ class Published:
     commit_tables_s: float = 0.0
 
 
-def publish_changes(
-    manifest: Manifest,
-    changes: Sequence[TableChange] | Callable[[ManifestSnapshot], Sequence[TableChange]],
-    *,
-    what: str,
-    properties: Mapping[str, str] | None = None,
-    properties_of: Callable[[Sequence[Made]], Mapping[str, str]] | None = None,
-    batch_id: str | None = None,
-    new_tables: NewRows | None = None,
-    index_on_write: bool = False,
-    unpublishable: str = "raise",
-    run: Runner | None = None,
-    check: Callable[[ManifestSnapshot], None] | None = None,
-    leave_out_unreadable: bool = False,
-    max_retries: int = 20,
-) -> Published:
+class RowChanges(Protocol):
+    """The ``__manifest`` rows an operation adds or removes besides the ``read_version`` moves
+    of its table commits: the tables it created with their data (:class:`lancepart.write.create.NewTables`),
+    the partitions it drops, the tables a rollback brings back."""
+
+    def rows(self, snap: ManifestSnapshot, by_oid: dict[str, TableChange]) -> tuple[pa.Table | None, int]:
+        """``(rows to add, tables added)`` under ``snap``; may adopt a partition another writer
+        published first (``by_oid`` updated) and raise ManifestConflict to rebase."""
+        ...
+
+
+
+
+class CommitProducer:
     """THE publish protocol of every operation that changes partition tables (docs/design.md,
-    "How an operation flows"): on a snapshot of ``__manifest``,
+    "How an operation flows"). One attempt runs on a snapshot of ``__manifest``, in named steps:
 
-    1. the batch id is looked for in every version up to it (found: nothing is published);
-    2. ``check(snapshot)`` raises if what the operation read moved (a merge evaluates again);
-       ``changes`` (or ``changes(snapshot)``: an operation that re-plans on each snapshot);
-    3. the tables the operation created get their declared indexes and their ``__manifest``
-       rows (``new_tables``; a partition another writer published first is adopted and the
-       attempt rebased);
-    4. each other table's row is looked up: a table dropped, pinned to a branch or tag, or
-       declared without a ``read_version`` fails the operation (``unpublishable="raise"``) or is
-       left out (``"leave_out"``);
-    5. each table whose published version is not the one an earlier attempt built on is
-       committed on top of it, on the bounded thread pool or by ``run`` (Spark tasks); a version
-       that would move ``read_version`` backwards is an error; with ``index_on_write`` the
-       declared indexes follow each commit; with ``leave_out_unreadable`` a table whose published
-       version is gone or cannot be read is left out (a failure naming it), not the operation's
-       end (maintenance that goes on with the other tables);
-    6. every version and data file about to be published is checked present
-       (:func:`check_files_present`);
-    7. ONE ``__manifest`` commit moves every changed ``read_version`` and adds the new tables'
-       rows, through :meth:`Manifest.update`: on a conflict it all reruns on the newer snapshot,
-       redoing only tables whose published version moved.
+    1. :meth:`batch_published` -- the batch id is looked for in every version up to it (found:
+       nothing is published);
+    2. :meth:`check` -- raises if what the operation read moved;
+    3. :meth:`plan` -- the changes on this snapshot (:meth:`changes`: the operation's hook);
+    4. :meth:`index_created` -- the tables the operation created get their declared indexes;
+    5. :meth:`row_changes` -- their ``__manifest`` rows, and the rows the operation removes (a
+       partition another writer published first is adopted and the attempt rebased);
+    6. :meth:`tables_to_commit` -- each other table's row is looked up: a table dropped, pinned
+       to a branch or tag, or declared without a ``read_version`` fails the operation
+       (``unpublishable="raise"``) or is left out (``"leave_out"``); a table is (re)committed when
+       its published version is not the one an earlier attempt built on;
+    7. :meth:`commit_tables` -- each on top of its published version, on the bounded thread pool
+       or by ``run`` (Spark tasks); a version that would move ``read_version`` backwards is an
+       error; with ``index_on_write`` the declared indexes follow each commit; with
+       ``leave_out_unreadable`` a table whose published version is gone or cannot be read is left
+       out (a failure naming it), not the operation's end;
+    8. :meth:`check_files` -- every version and data file about to be published is present;
+    9. :meth:`manifest_changes` -- the one place ``read_version`` is written: the changed tables'
+       rows with their new versions, plus the rows of step 5.
 
-    After the commit: the batch-id index, the writer flag (:meth:`Manifest.protect`); when the
-    batch was published already, the tables this operation created are removed."""
-    if batch_id is not None:
-        batches.check_batch_id(batch_id)
-    if unpublishable not in ("raise", "leave_out"):
-        raise ValueError(f"unpublishable: 'raise' or 'leave_out', not {unpublishable!r}")
-    by_oid: dict[str, TableChange] = {}
-    done: dict[str, Made] = {}  # object_id -> what was made on its published version, over attempts
-    left_out: dict[str, str] = {}  # never published again: a rewrite's fragments do not come back
-    failures: dict[str, str] = {}
-    indexed: dict[str, int] = {}
-    prepared: PreparedCache = {}  # index builds kept over attempts: a rebase commits them, never builds again
-    state: dict[str, Any] = {"skipped": None, "created": 0, "commit_tables_s": 0.0, "attempts": 0}
-    planned = None if callable(changes) else list(changes)
-    if planned is not None:
-        by_oid.update(_by_object_id(planned))
+    :meth:`publish` runs the attempts through :meth:`Manifest.update` (one ``__manifest`` commit;
+    on a conflict everything reruns on the newer snapshot, redoing only tables whose published
+    version moved), then :meth:`after_commit`: the batch-id index and the writer flag; when the
+    batch was published already, the tables this operation created are removed.
 
-    def commit_one(snapshot_version: int, decls: Sequence[IndexDeclaration], work: TableWork,
-                   namespace_md: Mapping[str, str] | None = None) -> Made:
-        c = work.change
+    An operation either hands a list of :class:`TableChange` (``changes``) or subclasses and
+    overrides the hooks :meth:`changes`, :meth:`check`, :meth:`properties_of` (a merge evaluates
+    again on a snapshot where a table it read moved: :class:`lancepart.write.merge.ChangeProducer`)."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        changes: Sequence[TableChange] | Callable[[ManifestSnapshot], Sequence[TableChange]] = (),
+        *,
+        what: str,
+        properties: Mapping[str, str] | None = None,
+        properties_of: Callable[[Sequence[Made]], Mapping[str, str]] | None = None,
+        batch_id: str | None = None,
+        new_tables: RowChanges | None = None,
+        index_on_write: bool = False,
+        unpublishable: str = "raise",
+        run: Runner | None = None,
+        check: Callable[[ManifestSnapshot], None] | None = None,
+        leave_out_unreadable: bool = False,
+        max_retries: int = 20,
+    ) -> None:
+        if batch_id is not None:
+            batches.check_batch_id(batch_id)
+        if unpublishable not in ("raise", "leave_out"):
+            raise ValueError(f"unpublishable: 'raise' or 'leave_out', not {unpublishable!r}")
+        self.manifest, self.what, self.batch_id, self.max_retries = manifest, what, batch_id, max_retries
+        self.properties, self._properties_of, self._check = dict(properties or {}), properties_of, check
+        self.new_tables, self.index_on_write, self.run = new_tables, index_on_write, run
+        self.unpublishable, self.leave_out_unreadable = unpublishable, leave_out_unreadable
+        self._changes = changes if callable(changes) else list(changes)
+        self.by_oid: dict[str, TableChange] = {}
+        self.indexed: dict[str, int] = {}
+        self.prepared: PreparedCache = {}  # index builds kept over attempts: a rebase commits them, never builds again
+        self.skipped: Any = None
+        self.created = 0
+        self.commit_tables_s = 0.0
+        self.attempts = 0
+        self.forget()
+
+    # ------------------------------------------------------------------------------ hooks
+    def changes(self, snap: ManifestSnapshot) -> Sequence[TableChange] | None:
+        """The operation's changes on ``snap``, or None to keep the previous attempt's (rebased).
+        Default: the list given, planned once; or the callable given, on every attempt."""
+        if callable(self._changes):
+            return self._changes(snap)
+        return self._changes if self.attempts == 1 else None
+
+    def check(self, snap: ManifestSnapshot) -> None:
+        """Raise if what the operation read moved in ``snap``."""
+        if self._check is not None:
+            self._check(snap)
+
+    def properties_of(self, made: Sequence[Made]) -> Mapping[str, str]:
+        """Commit properties that depend on what was made on the snapshot committed on."""
+        return self._properties_of(made) if self._properties_of is not None else {}
+
+    def forget(self) -> None:
+        """Drop what earlier attempts made: the next attempt commits every table again (an
+        operation whose changes were planned anew, not rebased)."""
+        self.done: dict[str, Made] = {}  # object_id -> what was made on its published version, over attempts
+        self.left_out: dict[str, str] = {}  # never published again: a rewrite's fragments do not come back
+        self.failures: dict[str, str] = {}
+
+    # ------------------------------------------------------------------------------ the steps
+    def batch_published(self, snap: ManifestSnapshot) -> bool:
+        self.skipped = None
+        if self.batch_id is not None:
+            self.skipped = batches.find_batch(self.manifest, self.batch_id, snap)
+        return self.skipped is not None
+
+    def plan(self, snap: ManifestSnapshot) -> bool:
+        """Take the changes on ``snap``; whether there is anything to publish."""
+        planned = self.changes(snap)
+        if planned is not None:
+            self.by_oid = _by_object_id(planned)
+        return bool(self.by_oid) or self.batch_id is not None
+
+    def index_created(self, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration]) -> None:
+        if decls:
+            keep_indexes(self.manifest, [c for c in self.by_oid.values() if c.created is not None], decls,
+                         self.indexed, self.prepared, snap.metadata)
+
+    def row_changes(self, snap: ManifestSnapshot) -> pa.Table | None:
+        """The rows the operation adds (the tables it created), under ``snap``."""
+        added, self.created = (self.new_tables.rows(snap, self.by_oid) if self.new_tables is not None
+                               else (None, 0))
+        return added
+
+    def tables_to_commit(self, snap: ManifestSnapshot) -> tuple[list[str], list[TableWork], dict[str, str]]:
+        """``(the existing tables changed, the commits to make on snap, their directories)``."""
+        existing = [o for o, c in self.by_oid.items() if c.created is None and o not in self.left_out]
+        current = {r["object_id"]: r for r in snap.lookup(existing).select(
+            ["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist()}
+        todo, location = [], {}
+        for oid in existing:
+            row = current.get(oid)
+            reason = _unpublishable(oid, row, self.what)
+            if reason is not None:
+                if self.unpublishable == "raise":
+                    raise reason
+                self.left_out[oid] = str(reason)
+                continue
+            location[oid] = self.by_oid[oid].location or check_location(row["location"], oid, self.manifest.root)
+            if oid not in self.done or self.done[oid].published != row["read_version"]:
+                todo.append(TableWork(self.by_oid[oid], location[oid], row["read_version"]))
+        return [o for o in existing if o not in self.left_out], todo, location
+
+    def commit_tables(self, snap: ManifestSnapshot, todo: Sequence[TableWork],
+                      decls: Sequence[IndexDeclaration]) -> None:
+        if not todo:
+            return
+        made = (self.run(snap.version, todo) if self.run is not None
+                else map_threads(lambda w: self.commit_one(snap, decls, w), todo))
+        for m in made:
+            if m.left_out is not None:
+                self.left_out[m.object_id] = m.left_out
+                if m.failure:
+                    self.failures[m.object_id] = m.left_out
+                continue
+            if m.version is not None and m.published is not None and m.version < m.published:
+                raise LancepartError(f"{m.object_id}: table version {m.version} would move read_version "
+                                     f"{m.published} backwards")
+            self.done[m.object_id] = m
+
+    def commit_one(self, snap: ManifestSnapshot, decls: Sequence[IndexDeclaration], work: TableWork) -> Made:
+        """One table's commit on top of its published version (then its declared indexes)."""
+        c, manifest = work.change, self.manifest
         try:
-            out = commit_on_published(manifest, snapshot_version, c.object_id, work.location, work.published,
+            out = commit_on_published(manifest, snap.version, c.object_id, work.location, work.published,
                                       lambda: _commit(manifest, c, work))
         except LeaveOut as e:
             return Made(c.object_id, work.published, None, left_out=e.reason, failure=e.failure)
         except (DataFilesMissingError, CorruptNamespaceError) as e:
-            if not leave_out_unreadable:
+            if not self.leave_out_unreadable:
                 raise
             why = table_failure(e.__cause__ or e, join_uri(manifest.root, work.location), c.object_id)
             return Made(c.object_id, work.published, None, left_out=why, failure=True)
@@ -234,91 +332,81 @@ def publish_changes(
         if made.changed:
             faults.checkpoint("after_table_commit")
             if decls:
-                made.version = index_or_warn(manifest, c.object_id, work.location, made.version, decls, prepared,
-                                             namespace_md)
+                made.version = index_or_warn(manifest, c.object_id, work.location, made.version, decls,
+                                             self.prepared, snap.metadata)
         return made
 
-    def mutate(snap: ManifestSnapshot):
-        state["attempts"] += 1
-        state["skipped"] = None
-        if batch_id is not None and (found := batches.find_batch(manifest, batch_id, snap)) is not None:
-            state["skipped"] = found
-            return None, []
-        if check is not None:
-            check(snap)
-        if planned is None:
-            by_oid.clear()
-            by_oid.update(_by_object_id(changes(snap)))
-        if not by_oid and batch_id is None:
-            return None, []
-        decls = declarations(snap.metadata) if index_on_write else []
-        if decls:
-            keep_indexes(manifest, [c for c in by_oid.values() if c.created is not None], decls, indexed, prepared,
-                         snap.metadata)
-        added, state["created"] = (new_tables.rows(snap, by_oid) if new_tables is not None else (None, 0))
-        existing = [o for o, c in by_oid.items() if c.created is None and o not in left_out]
-        current = {r["object_id"]: r for r in snap.lookup(existing).select(
-            ["object_id", "location", "read_version", "read_branch", "read_tag"]).to_pylist()}
-        todo = []
-        location: dict[str, str] = {}  # object_id -> the table's directory on this snapshot
-        for oid in existing:
-            row = current.get(oid)
-            reason = _unpublishable(oid, row, what)
-            if reason is not None:
-                if unpublishable == "raise":
-                    raise reason
-                left_out[oid] = str(reason)
-                continue
-            location[oid] = by_oid[oid].location or check_location(row["location"], oid, manifest.root)
-            if oid not in done or done[oid].published != row["read_version"]:
-                todo.append(TableWork(by_oid[oid], location[oid], row["read_version"]))
-        t = time.monotonic()
-        if todo:
-            made = (run(snap.version, todo) if run is not None
-                    else map_threads(lambda w: commit_one(snap.version, decls, w, snap.metadata), todo))
-            for m in made:
-                if m.left_out is not None:
-                    left_out[m.object_id] = m.left_out
-                    if m.failure:
-                        failures[m.object_id] = m.left_out
-                    continue
-                if m.version is not None and m.published is not None and m.version < m.published:
-                    raise LancepartError(f"{m.object_id}: table version {m.version} would move read_version "
-                                         f"{m.published} backwards")
-                done[m.object_id] = m
-        faults.checkpoint("after_table_commits")
-        changed = [done[o] for o in existing if o not in left_out and done[o].changed]
-        check_files_present(manifest.root, [(m.object_id, location[m.object_id], m.version,
-                                             by_oid[m.object_id].fragments) for m in changed],
-                            manifest.storage_options, versions=state["attempts"] > 1)
-        state["commit_tables_s"] += time.monotonic() - t
-        if not changed and added is None and batch_id is None:
-            return None, []
+    def check_files(self, changed: Sequence[Made], location: Mapping[str, str]) -> None:
+        check_files_present(self.manifest.root, [(m.object_id, location[m.object_id], m.version,
+                                                  self.by_oid[m.object_id].fragments) for m in changed],
+                            self.manifest.storage_options, versions=self.attempts > 1)
+
+    def manifest_changes(self, snap: ManifestSnapshot, changed: Sequence[Made],
+                         added: pa.Table | None) -> ManifestChanges:
+        """The one writer of ``read_version``: each changed table's row with the version made
+        (never backwards: :meth:`commit_tables`), plus the rows added."""
         upserts = snap.read_version_changes({m.object_id: m.version for m in changed}).upserts
         if added is not None:
             upserts = pa.concat_tables([upserts, added.select(upserts.schema.names).cast(upserts.schema)])
-        faults.checkpoint("before_manifest_commit")
-        return ManifestChanges(upserts=upserts), changed
+        return ManifestChanges(upserts=upserts)
 
-    snap, changed, retries = manifest.update(mutate, max_retries=max_retries, what=what,
-                                             transaction_properties={
-                                                 **(properties or {}),
-                                                 **(batches.transaction_properties(batch_id) if batch_id else {})},
-                                             properties_of=properties_of)
-    skipped = state["skipped"]
-    committed = skipped is None and (bool(changed) or bool(state["created"]) or batch_id is not None)
-    if skipped is not None:  # the tables this operation created are referenced by no __manifest version
-        for c in by_oid.values():
-            if c.created is not None:
-                remove_table_dir(manifest.root, c.location, manifest.storage_options)
-    if committed:
-        faults.checkpoint("after_manifest_commit")
-        if batch_id is not None or batches.index_exists(manifest):
-            batches.index_quietly(manifest, snap.version)
-        manifest.protect(snap.metadata)  # older namespaces: from now on DirectoryNamespace may not rewrite it
-    return Published(snap, committed, {m.object_id: m for m in changed or []}, dict(left_out), dict(failures),
-                     retries, list(by_oid.values()), state["created"] if committed else 0, skipped,
-                     state["commit_tables_s"])
+    # ------------------------------------------------------------------------------ running it
+    def attempt(self, snap: ManifestSnapshot) -> tuple[ManifestChanges | None, list[Made]]:
+        """One attempt on ``snap`` (:meth:`Manifest.update`'s mutation: this is the rebase)."""
+        self.attempts += 1
+        if self.batch_published(snap):
+            return None, []
+        self.check(snap)
+        if not self.plan(snap):
+            return None, []
+        decls = declarations(snap.metadata) if self.index_on_write else []
+        self.index_created(snap, decls)
+        added = self.row_changes(snap)
+        existing, todo, location = self.tables_to_commit(snap)
+        t = time.monotonic()
+        self.commit_tables(snap, todo, decls)
+        faults.checkpoint("after_table_commits")
+        changed = [self.done[o] for o in existing if o not in self.left_out and self.done[o].changed]
+        self.check_files(changed, location)
+        self.commit_tables_s += time.monotonic() - t
+        if not changed and added is None and self.batch_id is None:
+            return None, []
+        changes = self.manifest_changes(snap, changed, added)
+        faults.checkpoint("before_manifest_commit")
+        return changes, changed
+
+    def publish(self) -> Published:
+        props = {**self.properties, **(batches.transaction_properties(self.batch_id) if self.batch_id else {})}
+        snap, changed, retries = self.manifest.update(self.attempt, max_retries=self.max_retries, what=self.what,
+                                                      transaction_properties=props,
+                                                      properties_of=self.properties_of)
+        committed = self.skipped is None and (bool(changed) or bool(self.created) or self.batch_id is not None)
+        self.after_commit(snap, committed)
+        return Published(snap, committed, {m.object_id: m for m in changed or []}, dict(self.left_out),
+                         dict(self.failures), retries, list(self.by_oid.values()),
+                         self.created if committed else 0, self.skipped, self.commit_tables_s)
+
+    def after_commit(self, snap: ManifestSnapshot, committed: bool) -> None:
+        manifest = self.manifest
+        if self.skipped is not None:  # the tables this operation created are referenced by no __manifest version
+            for c in self.by_oid.values():
+                if c.created is not None:
+                    remove_table_dir(manifest.root, c.location, manifest.storage_options)
+        if committed:
+            faults.checkpoint("after_manifest_commit")
+            if self.batch_id is not None or batches.index_exists(manifest):
+                batches.index_quietly(manifest, snap.version)
+            manifest.protect(snap.metadata)  # older namespaces: from now on DirectoryNamespace may not rewrite it
+
+
+def publish_changes(
+    manifest: Manifest,
+    changes: Sequence[TableChange] | Callable[[ManifestSnapshot], Sequence[TableChange]],
+    **options: Any,
+) -> Published:
+    """Publish ``changes`` (or ``changes(snapshot)``: re-planned on each attempt) with a
+    :class:`CommitProducer` built with ``options`` (its keyword arguments)."""
+    return CommitProducer(manifest, changes, **options).publish()
 
 
 def _by_object_id(changes: Sequence[TableChange]) -> dict[str, TableChange]:
@@ -372,7 +460,7 @@ def already_published(manifest: Manifest, snap: ManifestSnapshot, batch_id: str,
 def publish(
     manifest: Manifest,
     spec_namespace: str,
-    writes: Sequence[TableWrite],
+    writes: Sequence[TableChange],
     *,
     mode: str = "append",
     batch_id: str | None = None,
@@ -380,12 +468,12 @@ def publish(
     max_retries: int = 20,
     started: float | None = None,
     extra_retries: int = 0,
-    new_tables: NewRows | None = None,
+    new_tables: RowChanges | None = None,
     index_on_write: bool = True,
 ) -> CommitResult:
     """Publish a write (append or overwrite): every touched table committed, then one
     ``__manifest`` commit, by :func:`publish_changes`; ``new_tables`` adds the rows of the tables
-    the write created with their data (``TableWrite.created``). With ``index_on_write``, the
+    the write created with their data (``TableChange.created``). With ``index_on_write``, the
     declared indexes of each touched table are brought up to date on the version published
     (:func:`keep_indexes`); nothing is done when none is declared."""
     started = time.monotonic() if started is None else started
@@ -439,7 +527,7 @@ def index_or_warn(manifest: Manifest, object_id: str, location: str, version: in
         return version
 
 
-def keep_indexes(manifest: Manifest, created: Sequence[TableWrite], decls: Sequence[IndexDeclaration],
+def keep_indexes(manifest: Manifest, created: Sequence[TableChange], decls: Sequence[IndexDeclaration],
                  indexed: dict[str, int], prepared: PreparedCache | None = None,
                  namespace_md: Mapping[str, str] | None = None) -> None:
     """Bring the declared indexes ``decls`` up to date on the tables this write created (each
@@ -447,7 +535,7 @@ def keep_indexes(manifest: Manifest, created: Sequence[TableWrite], decls: Seque
     declaration's ``min_rows`` a table stays unindexed. Docs: docs/indexes.md."""
     todo = [w for w in created if w.object_id not in indexed]
 
-    def one(w: TableWrite) -> int:
+    def one(w: TableChange) -> int:
         return index_or_warn(manifest, w.object_id, w.location, w.created, decls, prepared, namespace_md)
 
     for w, version in zip(todo, map_threads(one, todo), strict=True):
