@@ -48,13 +48,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from lance.file import LanceFileSession
 
 from lancepart.errors import ConfigError, CorruptNamespaceError
 from lancepart.model import ids as _ids
 from lancepart.storage.lance_io import open_table
-from lancepart.storage.manifest import Manifest, ManifestSnapshot, join_uri, normalize_root, rows_from_records
+from lancepart.storage.manifest import (
+    Manifest,
+    ManifestChanges,
+    ManifestSnapshot,
+    join_uri,
+    normalize_root,
+    rows_from_records,
+)
+from lancepart.write.publish import CommitProducer, TableChange
 
 V1_SUFFIX = ".lance"
 RESERVED_MARKER = ".lance-reserved"
@@ -215,6 +222,65 @@ def list_root_tables(properties: Mapping[str, str]) -> list[str]:
 
 # --------------------------------------------------------------------------- migration
 
+class _Migration(CommitProducer):
+    """:func:`migrate` through the one commit producer: a registered table whose latest version
+    moved past its ``read_version`` is a table change (its version made elsewhere, by the V1
+    writer), an unregistered one a row added; both worked out on each attempt's snapshot."""
+
+    def __init__(self, manifest: Manifest, found: Mapping[str, tuple[str, int]], skipped: Mapping[str, str], *,
+                 dry_run: bool, max_retries: int) -> None:
+        super().__init__(manifest, what="V1 to V2 migration", max_retries=max_retries)
+        self.found, self.skipped_tables, self.dry_run = found, skipped, dry_run
+        self.out: dict[str, Any] = {}
+        self.new: list[dict[str, Any]] = []
+        self.snapshot_version = -1
+
+    def changes(self, snap: ManifestSnapshot) -> list[TableChange]:
+        index = snap.row_index()
+        out: dict[str, Any] = {"registered": {}, "refreshed": {}, "already_registered": [],
+                               "skipped": dict(self.skipped_tables)}
+        rows = snap.rows
+        read_version, location = rows.column("read_version").to_pylist(), rows.column("location").to_pylist()
+        kind = rows.column("object_type").to_pylist()
+        branch, tag = rows.column("read_branch").to_pylist(), rows.column("read_tag").to_pylist()
+        taken = {loc: oid for oid, loc in _root_table_rows(snap).items()}
+        self.new, changes = [], []
+        for name, (loc, version) in sorted(self.found.items()):
+            i = index.get(name)
+            if i is None:
+                if loc in taken:
+                    out["skipped"][name] = f"{loc} is already registered as {taken[loc]!r}"
+                    continue
+                self.new.append({"object_id": name, "object_type": "table", "location": loc,
+                                 "read_version": version})
+                out["registered"][name] = version
+            elif kind[i] != "table" or location[i] != loc:
+                out["skipped"][name] = (f"__manifest already has {kind[i]} {name!r}"
+                                        + (f" at {location[i]!r}" if kind[i] == "table" else ""))
+            else:
+                out["already_registered"].append(name)
+                if (read_version[i] is not None and branch[i] is None and tag[i] is None
+                        and version > read_version[i]):
+                    out["refreshed"][name] = [read_version[i], version]
+                    changes.append(TableChange(name, loc, commit=lambda published, where, v=version: v))
+        self.out = out
+        return [] if self.dry_run else changes
+
+    def plan(self, snap: ManifestSnapshot) -> bool:
+        super().plan(snap)
+        return bool(self.by_oid) or bool(self.new and not self.dry_run)
+
+    def row_changes(self, snap: ManifestSnapshot) -> ManifestChanges | None:
+        if not self.new or self.dry_run:
+            return None
+        return ManifestChanges(upserts=rows_from_records(snap.rows.schema, self.new))
+
+    def publish_report(self) -> dict[str, Any]:
+        pub = self.publish()
+        self.snapshot_version = pub.snapshot.version
+        return self.out
+
+
 def migrate(root: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None,
             dry_run: bool = False, *, max_retries: int = 20) -> dict[str, Any]:
     """Register the V1 tables of ``root`` in its ``__manifest`` (spec "Migration from V1 to V2"):
@@ -255,42 +321,8 @@ def migrate(root: str | os.PathLike[str], storage_options: Mapping[str, str] | N
         except (OSError, ValueError) as e:
             skipped[t.name] = f"not a readable Lance table: {type(e).__name__}: {str(e)[:200]}"
 
-    def mutate(snap: ManifestSnapshot):
-        index = snap.row_index()
-        out: dict[str, Any] = {"registered": {}, "refreshed": {}, "already_registered": [],
-                               "skipped": dict(skipped)}
-        rows = snap.rows
-        read_version = rows.column("read_version").to_pylist()
-        location = rows.column("location").to_pylist()
-        kind = rows.column("object_type").to_pylist()
-        taken = {loc: oid for oid, loc in _root_table_rows(snap).items()}
-        new = []
-        for name, (loc, version) in sorted(found.items()):
-            i = index.get(name)
-            if i is None:
-                if loc in taken:
-                    out["skipped"][name] = f"{loc} is already registered as {taken[loc]!r}"
-                    continue
-                new.append({"object_id": name, "object_type": "table", "location": loc, "read_version": version})
-                out["registered"][name] = version
-            elif kind[i] != "table" or location[i] != loc:
-                out["skipped"][name] = (f"__manifest already has {kind[i]} {name!r}"
-                                        + (f" at {location[i]!r}" if kind[i] == "table" else ""))
-            else:
-                out["already_registered"].append(name)
-                if read_version[i] is not None and version > read_version[i]:
-                    out["refreshed"][name] = [read_version[i], version]
-                    read_version[i] = version
-        if (not new and not out["refreshed"]) or dry_run:
-            return None, out
-        if out["refreshed"]:
-            j = rows.schema.get_field_index("read_version")
-            rows = rows.set_column(j, rows.schema.field(j), pa.array(read_version, pa.uint64()))
-        if new:
-            rows = pa.concat_tables([rows, rows_from_records(rows.schema, new)])
-        return rows, out
-
-    snap, out, _ = manifest.update(mutate, max_retries=max_retries, what="V1 to V2 migration")
-    out["manifest_version"] = snap.version
+    producer = _Migration(manifest, found, skipped, dry_run=dry_run, max_retries=max_retries)
+    out = producer.publish_report()
+    out["manifest_version"] = producer.snapshot_version
     out["dry_run"] = dry_run
     return out

@@ -13,8 +13,9 @@ A spec version where a filter column is not identity-partitioned (a ``year``, ``
 naming the column, unless the inclusive pruner proves that no partition of that version can hold
 a matching row (then it has nothing to drop). Nothing is published on any failure.
 
-The publish is one :meth:`Manifest.update` with a pure mutation: on a conflict with a concurrent
-commit it is recomputed on the new snapshot. A writer that published into a dropped partition
+The publish goes through the one commit producer (:class:`lancepart.write.publish.CommitProducer`),
+with no table commit: the rows to remove are found on each attempt's snapshot, so on a conflict
+with a concurrent commit they are recomputed on the new one. A writer that published into a dropped partition
 before the drop landed loses those rows with the partition; a writer whose reservation predates
 the drop but whose publish comes after fails (its table row is gone; nothing of it is published)
 and its rerun reserves a fresh table. ``read_version`` never points into a dropped table.
@@ -34,7 +35,8 @@ from lancepart.errors import InvalidFilterError
 from lancepart.model import ids as _ids
 from lancepart.read.manifest_query import matching_tables
 from lancepart.results import CommitResult
-from lancepart.storage.manifest import ManifestSnapshot
+from lancepart.storage.manifest import ManifestChanges, ManifestSnapshot
+from lancepart.write.publish import CommitProducer
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle
@@ -43,6 +45,14 @@ if TYPE_CHECKING:
 __all__ = ["drop_partitions", "matching_tables"]
 
 log = logging.getLogger("lancepart.maintenance")
+
+
+def _gone(snap: ManifestSnapshot, drop: Sequence[int]) -> tuple[list[str], list[int]]:
+    """The object ids :func:`_without` removes (the rows ``drop`` and the namespace rows they
+    leave childless), and those namespace rows."""
+    kept, namespaces = _without(snap, drop)
+    left = set(kept.column("object_id").to_pylist())
+    return [o for o in snap.rows.column("object_id").to_pylist() if o not in left], namespaces
 
 
 def _without(snap: ManifestSnapshot, drop: Sequence[int]) -> tuple[pa.Table, list[int]]:
@@ -71,6 +81,32 @@ def _without(snap: ManifestSnapshot, drop: Sequence[int]) -> tuple[pa.Table, lis
     return rows.filter(pa.array(keep)), namespaces
 
 
+class _Drop(CommitProducer):
+    """drop_partitions through the one commit producer: no table commit, only rows removed
+    (:meth:`row_changes`), recomputed on each attempt's snapshot."""
+
+    def __init__(self, manifest: Any, filter: str, schema: pa.Schema, specs: Any, *, dry_run: bool,
+                 max_retries: int) -> None:
+        super().__init__(manifest, what="drop_partitions", max_retries=max_retries)
+        self.filter, self.schema, self.specs, self.dry_run = filter, schema, specs, dry_run
+        self.info: dict[str, Any] = {"dropped": [], "namespaces_removed": 0}
+
+    def plan(self, snap: ManifestSnapshot) -> bool:
+        return True  # what goes is found on each snapshot, by row_changes
+
+    def row_changes(self, snap: ManifestSnapshot) -> ManifestChanges | None:
+        drop = matching_tables(self.filter, self.schema, self.specs, snap.rows)
+        if not drop:
+            self.info = {"dropped": [], "namespaces_removed": 0}
+            return None
+        gone, namespaces = _gone(snap, drop)
+        picked = snap.rows.take(pa.array(drop, pa.int64()))
+        dropped = [{"object_id": r["object_id"], "location": r["location"], "read_version": r["read_version"]}
+                   for r in picked.select(["object_id", "location", "read_version"]).to_pylist()]
+        self.info = {"dropped": dropped, "namespaces_removed": len(namespaces)}
+        return None if self.dry_run else ManifestChanges(deletes=tuple(gone))
+
+
 def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, max_retries: int = 20
                     ) -> CommitResult:
     """Remove from ``__manifest``, in one publish, every partition table ``filter`` selects
@@ -86,17 +122,9 @@ def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, 
     ns.refresh()  # a stale handle must not miss partitions of a spec version evolved since it was opened
     schema, specs = ns.schema, ns.specs
 
-    def mutate(snap: ManifestSnapshot) -> tuple[pa.Table | None, dict[str, Any]]:
-        drop = matching_tables(filter, schema, specs, snap.rows)
-        if not drop:
-            return None, {"dropped": [], "namespaces_removed": 0}
-        rows, namespaces = _without(snap, drop)
-        picked = snap.rows.take(pa.array(drop, pa.int64()))
-        dropped = [{"object_id": r["object_id"], "location": r["location"], "read_version": r["read_version"]}
-                   for r in picked.select(["object_id", "location", "read_version"]).to_pylist()]
-        return (None if dry_run else rows), {"dropped": dropped, "namespaces_removed": len(namespaces)}
-
-    snap, what, retries = ns.manifest.update(mutate, max_retries=max_retries, what="drop_partitions")
+    producer = _Drop(ns.manifest, filter, schema, specs, dry_run=dry_run, max_retries=max_retries)
+    pub = producer.publish()
+    snap, what, retries = pub.snapshot, producer.info, pub.retries
     result = CommitResult(
         manifest_version=snap.version, partitions_touched=len(what["dropped"]), retries=retries,
         seconds=round(time.monotonic() - started, 3),

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import (
@@ -228,6 +229,7 @@ class CommitProducer:
         self.created = 0
         self.commit_tables_s = 0.0
         self.attempts = 0
+        self.rows_changed = False
         self.forget()
 
     # ------------------------------------------------------------------------------ hooks
@@ -273,11 +275,12 @@ class CommitProducer:
             keep_indexes(self.manifest, [c for c in self.by_oid.values() if c.created is not None], decls,
                          self.indexed, self.prepared, snap.metadata)
 
-    def row_changes(self, snap: ManifestSnapshot) -> pa.Table | None:
-        """The rows the operation adds (the tables it created), under ``snap``."""
+    def row_changes(self, snap: ManifestSnapshot) -> ManifestChanges | None:
+        """The rows the operation adds (default: the tables it created, ``new_tables``) or
+        removes (an override: dropped partitions), under ``snap``; None: none."""
         added, self.created = (self.new_tables.rows(snap, self.by_oid) if self.new_tables is not None
                                else (None, 0))
-        return added
+        return None if added is None else ManifestChanges(upserts=added)
 
     def tables_to_commit(self, snap: ManifestSnapshot) -> tuple[list[str], list[TableWork], dict[str, str]]:
         """``(the existing tables changed, the commits to make on snap, their directories)``."""
@@ -342,18 +345,28 @@ class CommitProducer:
                             self.manifest.storage_options, versions=self.attempts > 1)
 
     def manifest_changes(self, snap: ManifestSnapshot, changed: Sequence[Made],
-                         added: pa.Table | None) -> ManifestChanges:
+                         rows: ManifestChanges | None) -> ManifestChanges:
         """The one writer of ``read_version``: each changed table's row with the version made
-        (never backwards: :meth:`commit_tables`), plus the rows added."""
+        (never backwards: :meth:`commit_tables`), plus the rows added and removed (each table
+        row added pinned to a version, a branch or a tag; no row both changed and removed)."""
         upserts = snap.read_version_changes({m.object_id: m.version for m in changed}).upserts
-        if added is not None:
-            upserts = pa.concat_tables([upserts, added.select(upserts.schema.names).cast(upserts.schema)])
-        return ManifestChanges(upserts=upserts)
+        deletes: tuple[str, ...] = ()
+        if rows is not None:
+            if rows.upserts is not None and rows.upserts.num_rows:
+                _check_pinned(rows.upserts, self.what)
+                upserts = pa.concat_tables([upserts, rows.upserts.select(upserts.schema.names).cast(upserts.schema)])
+            deletes = tuple(rows.deletes)
+            both = {m.object_id for m in changed} & set(deletes)
+            if both:
+                raise LancepartError(f"{self.what}: partition table {sorted(both)[0]} both changed and removed; "
+                                     f"nothing was published")
+        return ManifestChanges(upserts=upserts if upserts.num_rows or not deletes else None, deletes=deletes)
 
     # ------------------------------------------------------------------------------ running it
     def attempt(self, snap: ManifestSnapshot) -> tuple[ManifestChanges | None, list[Made]]:
         """One attempt on ``snap`` (:meth:`Manifest.update`'s mutation: this is the rebase)."""
         self.attempts += 1
+        self.rows_changed = False
         if self.batch_published(snap):
             return None, []
         self.check(snap)
@@ -361,7 +374,8 @@ class CommitProducer:
             return None, []
         decls = declarations(snap.metadata) if self.index_on_write else []
         self.index_created(snap, decls)
-        added = self.row_changes(snap)
+        rows = self.row_changes(snap)
+        self.rows_changed = rows is not None
         existing, todo, location = self.tables_to_commit(snap)
         t = time.monotonic()
         self.commit_tables(snap, todo, decls)
@@ -369,9 +383,9 @@ class CommitProducer:
         changed = [self.done[o] for o in existing if o not in self.left_out and self.done[o].changed]
         self.check_files(changed, location)
         self.commit_tables_s += time.monotonic() - t
-        if not changed and added is None and self.batch_id is None:
+        if not changed and rows is None and self.batch_id is None:
             return None, []
-        changes = self.manifest_changes(snap, changed, added)
+        changes = self.manifest_changes(snap, changed, rows)
         faults.checkpoint("before_manifest_commit")
         return changes, changed
 
@@ -380,7 +394,7 @@ class CommitProducer:
         snap, changed, retries = self.manifest.update(self.attempt, max_retries=self.max_retries, what=self.what,
                                                       transaction_properties=props,
                                                       properties_of=self.properties_of)
-        committed = self.skipped is None and (bool(changed) or bool(self.created) or self.batch_id is not None)
+        committed = self.skipped is None and (bool(changed) or self.rows_changed or self.batch_id is not None)
         self.after_commit(snap, committed)
         return Published(snap, committed, {m.object_id: m for m in changed or []}, dict(self.left_out),
                          dict(self.failures), retries, list(self.by_oid.values()),
@@ -416,6 +430,16 @@ def _by_object_id(changes: Sequence[TableChange]) -> dict[str, TableChange]:
     if len(out) != len(real):
         raise ValueError("one change per partition table expected")
     return out
+
+
+def _check_pinned(rows: pa.Table, what: str) -> None:
+    """Every table row in ``rows`` is pinned to a version, a branch or a tag."""
+    unpinned = pc.and_kleene(pc.equal(rows.column("object_type"), "table"), pc.and_kleene(
+        pc.is_null(rows.column("read_version")), pc.and_kleene(pc.is_null(rows.column("read_branch")),
+                                                               pc.is_null(rows.column("read_tag")))))
+    if pc.any(pc.fill_null(unpinned, False)).as_py():
+        oid = rows.filter(pc.fill_null(unpinned, False)).column("object_id")[0].as_py()
+        raise LancepartError(f"{what}: the row it adds for table {oid} has no read_version; nothing was published")
 
 
 def _unpublishable(oid: str, row: Mapping[str, Any] | None, what: str) -> LancepartError | None:
