@@ -42,20 +42,20 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from lance import LanceOperation
 
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
-from lancepart.maintenance.drop import _without
+from lancepart.maintenance.drop import _gone
 from lancepart.model import ids as _ids
 from lancepart.ops.history import retained_versions, snapshot_at
 from lancepart.results import CommitResult
 from lancepart.storage.lance_io import open_table
-from lancepart.storage.manifest import ManifestSnapshot, is_not_found, join_uri, set_read_versions
+from lancepart.storage.manifest import ManifestChanges, ManifestSnapshot, is_not_found, join_uri, set_read_versions
 from lancepart.storage.table_commit import _ident, commit_exactly
 from lancepart.util import faults
 from lancepart.util.parallel import map_threads
 from lancepart.write import batches
+from lancepart.write.publish import CommitProducer, TableChange
 
 if TYPE_CHECKING:
     from lancepart.handle import NamespaceHandle
@@ -127,9 +127,129 @@ def restore_table(root: str, location: str, version: int, storage_options: Mappi
     def update(have: Mapping[Any, int]) -> LanceOperation.Update:
         return LanceOperation.Update(removed_fragment_ids=[fid for ident, fid in have.items() if ident not in wanted])
 
-    made = commit_exactly(uri, version, wanted, wanted, update, so, f"partition table {location} (rollback)")
-    faults.checkpoint("after_table_commit")
-    return made
+    return commit_exactly(uri, version, wanted, wanted, update, so, f"partition table {location} (rollback)")
+
+
+class _Rollback(CommitProducer):
+    """A rollback through the one commit producer. On each attempt's snapshot (:meth:`changes`):
+    a table that N pinned at a main version and that today's row pins at another main version in
+    the same directory is a table change (:func:`restore_table`; ``read_version`` moves forward
+    to the copy); every other table N pinned that reads otherwise gets N's row back
+    (:meth:`row_changes`: brought back after a drop, in N's directory after the partition was
+    made again, re-pinned to N's branch or tag, or pinned again after a reservation), with
+    N's version restored in N's directory when N pinned one; tables N did not have go, with
+    the namespace rows they leave childless."""
+
+    def __init__(self, root: str, manifest: Any, version: int, target: ManifestSnapshot, *,
+                 max_retries: int) -> None:
+        super().__init__(manifest, what=f"rollback to {version}", max_retries=max_retries)
+        self.root, self.version, self.target = root, version, target
+        self.wanted = _partition_tables(target.rows)
+        self.restored: dict[str, tuple[Any, int]] = {}  # object_id -> (its pins when restored, the version made)
+        self.same: dict[tuple[str, Any], bool] = {}  # (object_id, its pins now) -> whether it reads as N's version
+        self.info: dict[str, Any] = {}
+        self.in_place: list[str] = []
+        self.replaced: list[str] = []
+        self.remove: list[str] = []
+        self.have: dict[str, dict[str, Any]] = {}
+
+    def reads_as_wanted(self, oids: list[str]) -> set[str]:
+        """Of ``oids`` (tables N pinned at a main version that now read another one), those whose
+        version now holds exactly the fragments and schema of N's: a table a rollback to N already
+        restored (its copy of N's version) reads as N did, and is left as it is."""
+        have, so = self.have, self.manifest.storage_options
+        todo = [o for o in oids if (o, _pins(have[o])) not in self.same]
+
+        def check(oid: str) -> bool:
+            now, want = have[oid], self.wanted[oid]
+            if now["location"] != want["location"] or now["read_branch"] is not None or now["read_tag"] is not None:
+                return False
+            have_now = _table_content(self.root, now["location"], now["read_version"], so)
+            then = _table_content(self.root, want["location"], want["read_version"], so)
+            return (have_now is not None and then is not None and have_now[0] == then[0]
+                    and have_now[1].equals(then[1], check_metadata=True))
+
+        for oid, result in zip(todo, map_threads(check, todo), strict=True):
+            self.same[(oid, _pins(have[oid]))] = result
+        return {o for o in oids if self.same[(o, _pins(have[o]))]}
+
+    def changes(self, snap: ManifestSnapshot) -> list[TableChange]:
+        self.have = have = _partition_tables(snap.rows)
+        wanted = self.wanted
+        differ = [oid for oid, want in wanted.items() if _pins(want) is not None and _pins(have.get(oid)) is not None
+                  and not _same(have[oid], want) and want["read_branch"] is None and want["read_tag"] is None]
+        already = self.reads_as_wanted(differ)
+        self.in_place, self.replaced, bring_back = [], [], []
+        for oid, want in wanted.items():
+            now = have.get(oid)
+            if _pins(want) is None or _same(now, want) or oid in already:
+                continue
+            main = want["read_branch"] is None and want["read_tag"] is None
+            if (main and now is not None and now["location"] == want["location"] and now["read_version"] is not None
+                    and now["read_branch"] is None and now["read_tag"] is None):
+                self.in_place.append(oid)  # a new version of the same table: read_version moves forward
+            else:
+                self.replaced.append(oid)  # N's row back (and N's version restored, if N pinned one)
+            if now is None:
+                bring_back.append(oid)
+        self.remove = [oid for oid, now in have.items() if _pins(now) is not None and _pins(wanted.get(oid)) is None]
+        restored = sorted(self.in_place + self.replaced)
+        self.info = {"rolled_back_to": self.version, "restored": restored, "removed": sorted(self.remove),
+                     "brought_back": sorted(bring_back), "undone": [], "redone": []}
+        if restored or self.remove:
+            self.info["undone"], self.info["redone"] = batch_changes(self.manifest, self.version, snap.version)
+        return [TableChange(oid, wanted[oid]["location"], commit=self._restore_in_place(oid)) for oid in self.in_place]
+
+    def _restore_in_place(self, oid: str):
+        want = self.wanted[oid]
+        return lambda published, location: restore_table(self.root, want["location"], want["read_version"],
+                                                         self.manifest.storage_options)
+
+    def plan(self, snap: ManifestSnapshot) -> bool:
+        super().plan(snap)
+        return bool(self.in_place or self.replaced or self.remove)
+
+    def row_changes(self, snap: ManifestSnapshot) -> ManifestChanges | None:
+        """N's rows of the tables replaced (their version restored in N's directory first, kept
+        over attempts while today's row did not move) and of the namespaces above them that are
+        not there now; the tables N did not have removed, with the namespace rows they leave."""
+        if not self.replaced and not self.remove:
+            return None
+        have, wanted = self.have, self.wanted
+        todo = [o for o in self.replaced if _pins(wanted[o])[0] is not None and wanted[o]["read_branch"] is None
+                and wanted[o]["read_tag"] is None and self.restored.get(o, (None,))[0] != _pins(have.get(o))]
+        def restore(oid: str) -> int:
+            made = restore_table(self.root, wanted[oid]["location"], wanted[oid]["read_version"],
+                                 self.manifest.storage_options)
+            faults.checkpoint("after_table_commit")
+            return made
+
+        made = map_threads(restore, todo)
+        for oid, v in zip(todo, made, strict=True):
+            self.restored[oid] = (_pins(have.get(oid)), v)
+        gone, _ = _gone(snap, [have[o]["_row"] for o in self.remove]) if self.remove else ([], [])
+        present = set(snap.rows.column("object_id").to_pylist()) - set(gone)
+        ancestors = {_ids.DELIMITER.join(o.split(_ids.DELIMITER)[:k]) for o in self.replaced
+                     for k in range(2, len(o.split(_ids.DELIMITER)))} - present
+        t_index = {o: i for i, o in enumerate(self.target.rows.column("object_id").to_pylist())}
+        added = self.target.rows.take(pa.array([t_index[o] for o in self.replaced]
+                                               + [t_index[a] for a in sorted(ancestors) if a in t_index], pa.int64()))
+        added = set_read_versions(added, {o: self.restored[o][1] for o in self.replaced if o in self.restored})
+        return ManifestChanges(upserts=_conform(added, snap.rows.schema) if added.num_rows else None,
+                               deletes=tuple(o for o in gone if o not in set(self.replaced)))
+
+    def properties_of(self, made: Any) -> dict[str, str]:
+        props = {ROLLBACK_TO_PROPERTY: str(self.version), batches.COMMITTED_AT_PROPERTY: datetime.now(UTC).isoformat()}
+        if self.info["undone"]:
+            props[batches.UNDONE_PROPERTY] = json.dumps(self.info["undone"], ensure_ascii=False)
+        if self.info["redone"]:
+            props[batches.REDONE_PROPERTY] = json.dumps(self.info["redone"], ensure_ascii=False)
+        return props
+
+    def after_commit(self, snap: ManifestSnapshot, committed: bool) -> None:
+        super().after_commit(snap, committed)
+        if committed and (self.info["undone"] or self.info["redone"]) and not batches.index_exists(self.manifest):
+            batches.index_quietly(self.manifest, snap.version)
 
 
 def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20) -> CommitResult:
@@ -146,99 +266,10 @@ def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20) -> Com
             f"the batch id retention ({retention}); batch ids published before it may be forgotten, so the "
             f"rollback could not tell which reruns to allow; raise lancepart.batch_id_retention or choose a "
             f"later version")
-    wanted = _partition_tables(target.rows)
-    done: dict[str, tuple[Any, int]] = {}  # object_id -> (its pins when committed, the table version made)
-    same: dict[tuple[str, Any], bool] = {}  # (object_id, its pins now) -> whether it reads as N's version
-
-    def reads_as_wanted(snap_have: dict[str, dict[str, Any]], oids: list[str]) -> set[str]:
-        """Of ``oids`` (tables N pinned at a main version that now read another one), those whose
-        version now holds exactly the fragments and schema of N's: a table a rollback to N already
-        restored (its copy of N's version) reads as N did, and is left as it is."""
-        todo = [o for o in oids if (o, _pins(snap_have[o])) not in same]
-
-        def check(oid: str) -> bool:
-            now, want = snap_have[oid], wanted[oid]
-            if now["location"] != want["location"] or now["read_branch"] is not None or now["read_tag"] is not None:
-                return False
-            have_now = _table_content(ns.root, now["location"], now["read_version"], manifest.storage_options)
-            then = _table_content(ns.root, want["location"], want["read_version"], manifest.storage_options)
-            return (have_now is not None and then is not None and have_now[0] == then[0]
-                    and have_now[1].equals(then[1], check_metadata=True))
-
-        for oid, result in zip(todo, map_threads(check, todo), strict=True):
-            same[(oid, _pins(snap_have[oid]))] = result
-        return {o for o in oids if same[(o, _pins(snap_have[o]))]}
-
-    def mutate(snap: ManifestSnapshot) -> tuple[pa.Table | None, dict[str, Any]]:
-        rows = snap.rows
-        have = _partition_tables(rows)
-        restore, repin, bring_back = [], [], []
-        differ = [oid for oid, want in wanted.items() if _pins(want) is not None and _pins(have.get(oid)) is not None
-                  and not _same(have[oid], want) and want["read_branch"] is None and want["read_tag"] is None]
-        already = reads_as_wanted(have, differ)
-        for oid, want in wanted.items():
-            now = have.get(oid)
-            if _pins(want) is None or _same(now, want) or oid in already:
-                continue
-            if want["read_branch"] is not None or want["read_tag"] is not None:
-                repin.append(oid)  # N pinned a branch or tag: its row as it was, no table commit
-            else:
-                restore.append(oid)
-            if now is None:
-                bring_back.append(oid)
-        remove = [oid for oid, now in have.items() if _pins(now) is not None and _pins(wanted.get(oid)) is None]
-        info: dict[str, Any] = {"rolled_back_to": version, "restored": sorted(restore + repin),
-                                "removed": sorted(remove), "brought_back": sorted(bring_back)}
-        if not restore and not repin and not remove:
-            return None, {**info, "undone": [], "redone": []}
-        # a version made on an earlier attempt stays good while the table's pins did not move since
-        todo = [oid for oid in restore if oid not in done or done[oid][0] != _pins(have.get(oid))]
-        made = map_threads(lambda oid: restore_table(ns.root, wanted[oid]["location"], wanted[oid]["read_version"],
-                                                     manifest.storage_options), todo)
-        for oid, v in zip(todo, made, strict=True):
-            done[oid] = (_pins(have.get(oid)), v)
-        faults.checkpoint("after_table_commits")
-        # a partition removed and made again since N has the same object id but another table
-        # directory: N's version was restored in N's directory, so N's row replaces today's
-        relocated = [o for o in restore if o in have and have[o]["location"] != wanted[o]["location"]]
-        # the new rows: removed tables (and the namespaces they leave empty) out, restored ones moved
-        kept, _ = _without(snap, [have[o]["_row"] for o in remove + relocated])
-        moved = {o: done[o][1] for o in restore if o in have and o not in relocated}
-        if moved:
-            kept = set_read_versions(kept, moved)
-        # N's rows of tables re-pinned to a branch or tag, brought back or relocated, and of the
-        # namespaces above them that are not there now
-        present = set(kept.column("object_id").to_pylist())
-        returning = bring_back + relocated
-        from_target = [o for o in repin + returning if o not in moved]
-        ancestors = {_ids.DELIMITER.join(o.split(_ids.DELIMITER)[:k]) for o in returning
-                     for k in range(2, len(o.split(_ids.DELIMITER)))} - present
-        t_index = {o: i for i, o in enumerate(target.rows.column("object_id").to_pylist())}
-        if repin:
-            kept = kept.filter(pc.invert(pc.is_in(kept.column("object_id"), pa.array(repin, pa.utf8()))))
-        added = target.rows.take(pa.array([t_index[o] for o in from_target]
-                                          + [t_index[a] for a in sorted(ancestors) if a in t_index], pa.int64()))
-        added = set_read_versions(added, {o: done[o][1] for o in returning if o in done})
-        new_rows = pa.concat_tables([kept, _conform(added, kept.schema)])
-        undone, redone = batch_changes(manifest, version, snap.version)
-        faults.checkpoint("before_manifest_commit")
-        return new_rows, {**info, "undone": undone, "redone": redone}
-
-    def properties(info: Mapping[str, Any]) -> dict[str, str]:
-        props = {ROLLBACK_TO_PROPERTY: str(version),
-                 batches.COMMITTED_AT_PROPERTY: datetime.now(UTC).isoformat()}
-        if info["undone"]:
-            props[batches.UNDONE_PROPERTY] = json.dumps(info["undone"], ensure_ascii=False)
-        if info["redone"]:
-            props[batches.REDONE_PROPERTY] = json.dumps(info["redone"], ensure_ascii=False)
-        return props
-
-    what = f"rollback to {version}"
-    snap, info, retries = manifest.update(mutate, max_retries=max_retries, what=what, properties_of=properties)
-    published = bool(info["restored"] or info["removed"])
-    if published and (info["undone"] or info["redone"] or batches.index_exists(manifest)):
-        faults.checkpoint("after_manifest_commit")
-        batches.index_quietly(manifest, snap.version)
+    producer = _Rollback(ns.root, manifest, version, target, max_retries=max_retries)
+    pub = producer.publish()
+    snap, retries, info = pub.snapshot, pub.retries, producer.info
+    what = producer.what
     result = CommitResult(
         manifest_version=snap.version, partitions_touched=len(info["restored"]) + len(info["removed"]),
         retries=retries, seconds=round(time.monotonic() - started, 3),
