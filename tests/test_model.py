@@ -145,7 +145,7 @@ COUNTRIES = ["US", "FR", "DE", None]
 FLOATS = [0.0, -0.0, 1.5, -2.5, 3.25, None]
 INTS = [None, 0, 1, 5, 9, -3]
 TIMES = [dt.datetime(2025, 12, 1, 8), dt.datetime(2025, 12, 2, 9, 30), dt.datetime(2025, 11, 15), None]
-# new and renamed columns include names a filter must quote (docs/schema-evolution.md "Names"):
+# new and renamed columns include names a filter must quote (docs/reading.md "Filters and pruning"):
 # mixed case, a space, a digit first, a reserved word, non-ASCII, a quote inside
 NEW_NAMES = ["score", "region", "note", "Amount", "my col", "select", "tag"]
 RENAME_NAMES = ["id2", "country", "Country Two", "2nd", "ünï", "it's", "f2", "v2", "ts2"]

@@ -165,8 +165,8 @@ def test_unprojectable_predicates_keep_everything(flt):
 
 
 def test_invalid_filter_raises_typed_error():
-    """Filters are SQL boolean expressions over the namespace's source columns (docs/guide.md "Reading"); a
-    filter DataFusion cannot plan raises InvalidArgumentError naming it (and the column)."""
+    """Filters are SQL boolean expressions over the namespace's source columns (docs/reading.md "Filters and
+    pruning"); a filter DataFusion cannot plan raises InvalidArgumentError naming it (and the column)."""
     with pytest.raises(InvalidArgumentError, match=r"filter 'country = ' is not a valid SQL boolean expression"):
         prune("country = ", APPENDIX_SCHEMA, APPENDIX_SPECS, appendix_rows())
     with pytest.raises(InvalidArgumentError, match=r"unknown column 'countri'"):
