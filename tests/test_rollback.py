@@ -272,3 +272,34 @@ def test_rows_of_other_tables_in_the_root_are_left_alone(ns):
     rows = lance.dataset(join_uri(ns.root, "__manifest")).to_table().to_pylist()
     assert "foreign_tbl" in {r["object_id"] for r in rows}
     assert published_ids(ns.root) == published_ids(ns.root, n)
+
+
+def test_rollback_unpins_a_table_a_foreign_tool_pinned_to_a_tag_since(ns):
+    """Rollback (docs/history.md) makes the namespace read as snapshot N did. A table N pinned at a
+    main version that a foreign tool has pinned to a Lance tag since (spec "Read Behavior":
+    read_tag wins over read_version) gets N's row back: pinned to N's version, tag cleared; the
+    tag must not survive beside the restored read_version and keep readers on the tag."""
+    import pyarrow.compute as pc
+
+    n = manifest_version(ns.root)
+    then = ns.to_table()
+    before = {p.object_id for p in ns.partitions()}
+    ns.write(demo_events(500, seed=11, start_id=50_000, days=3))
+    moved = [p for p in ns.partitions() if p.object_id in before]
+    part = sorted(moved, key=lambda p: p.object_id)[0]
+    uri = join_uri(ns.root, part.location)
+    lance.dataset(uri).tags.create("later", part.read_version)
+
+    def pin_tag(snap):
+        rows = snap.rows
+        i = rows.schema.get_field_index("read_tag")
+        hit = pc.equal(rows.column("object_id"), part.object_id)
+        return rows.set_column(i, rows.schema.field(i), pc.if_else(hit, pa.scalar("later"), rows.column(i))), None
+
+    ns.manifest.update(pin_tag)
+    ns.refresh()
+    ns.rollback(n)
+    now = PartitionedNamespace.open(ns.root)
+    row = {p.object_id: p for p in now.partitions()}[part.object_id]
+    assert row.read_tag is None and row.read_branch is None
+    assert sorted(now.to_table().column("id").to_pylist()) == sorted(then.column("id").to_pylist())
