@@ -2,7 +2,7 @@
 that moves ``read_version`` of all of them (spec "Transaction / Commit Behavior"; docs/design.md
 §8 and "How an operation flows"). Every operation that changes partition tables (write,
 overwrite, replace-where, merge, delete, compaction, index builds, schema upgrades) builds a
-:class:`TableChange` per table and hands the list to :func:`publish_changes`.
+:class:`TableChange` per table and hands them to the one :class:`CommitProducer`.
 
 The manifest commit is optimistic (see :mod:`lancepart.storage.manifest`). Its mutation is the
 rebase: on every attempt it re-reads each touched table's published version from the
@@ -67,7 +67,7 @@ log = logging.getLogger("lancepart.write")
 # ---------------------------------------------------------------------------------- the protocol
 @dataclass
 class TableChange:
-    """One partition table's part of an operation, handed to :func:`publish_changes`.
+    """One partition table's part of an operation, handed to the :class:`CommitProducer`.
 
     ``commit(published, location)`` makes the change on top of the table's *published* version
     and returns the version made (None, or ``published`` itself: nothing to change), or a
@@ -136,7 +136,7 @@ Runner = Callable[[int, Sequence[TableWork]], Sequence[Made]]
 
 @dataclass
 class Published:
-    """The outcome of :func:`publish_changes`."""
+    """The outcome of :meth:`CommitProducer.publish`."""
 
     snapshot: ManifestSnapshot
     committed: bool  # a __manifest commit landed

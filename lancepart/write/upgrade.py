@@ -1,6 +1,6 @@
 """Bringing partition tables up to the namespace schema (docs/schema-evolution.md): a table
 written before a schema change is evolved with Lance schema evolution on top of its published
-version and published through the one publish path (:func:`lancepart.write.publish.publish_changes`);
+version and published through the one commit producer (:class:`lancepart.write.publish.CommitProducer`);
 rows a writer appends to such a table are converted first (:func:`append_fragments`).
 
 The schema change itself, and how an old table's columns are read, is
