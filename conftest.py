@@ -8,6 +8,9 @@ Every doctest that names them gets its own fresh copies, so an example may chang
   (event dates 2025-12-09 and 2025-12-10), then 2 rows with ``"2025-12-11"`` (2025-12-11).
 * ``docs``: an open namespace at ``<tmp>/docs``, partitioned by ``tenant`` (identity), holding
   :data:`DOCS` (4 rows: ``body`` text with an INVERTED index, ``embedding`` 4-dim float vectors).
+* ``orders`` and ``customers``: two namespaces at ``<tmp>/orders`` and ``<tmp>/customers`` to
+  join on ``orders.customer_id = customers.id``: :data:`ORDERS` partitioned by
+  ``bucket(customer_id, 4)``, :data:`CUSTOMERS` by ``bucket(id, 2)`` (compatible: 2 divides 4).
 * ``pa`` (pyarrow), ``lancepart``, ``PartitionedNamespace``, ``date``, ``timedelta``.
 """
 
@@ -56,6 +59,15 @@ DOCS = pa.table({
     "embedding": [[1, 0, 0, 0], [0, 1, 0, 0], [0.9, 0.1, 0, 0], [1, 0, 0, 0.1]],
 }, schema=DOCS_SCHEMA)
 
+ORDERS = pa.table({"order_id": [1, 2, 3, 4, 5], "customer_id": [10, 11, 12, 10, 13],
+                   "amount": [5.0, 7.5, 1.0, 3.0, 9.0]})
+CUSTOMERS = pa.table({"id": [10, 11, 12, 13], "name": ["ana", "bo", "cy", "di"]})
+
+
+def _bucket_spec(field_id: str, source_id: int, n: int) -> dict:
+    return {"id": 1, "fields": [{"field_id": field_id, "source_ids": [source_id],
+                                 "transform": {"type": "bucket", "num_buckets": n}, "result_type": {"type": "int32"}}]}
+
 
 def _build_events(root: str) -> None:
     from lancepart import PartitionedNamespace
@@ -73,7 +85,20 @@ def _build_docs(root: str) -> None:
     ns.create_index("body", "INVERTED", min_rows=1)
 
 
-_TEMPLATES = {"ns": ("events", _build_events), "docs": ("docs", _build_docs)}
+def _build_orders(root: str) -> None:
+    from lancepart import PartitionedNamespace
+
+    PartitionedNamespace.create(root, ORDERS.schema, _bucket_spec("customer_bucket", 1, 4)).write(ORDERS)
+
+
+def _build_customers(root: str) -> None:
+    from lancepart import PartitionedNamespace
+
+    PartitionedNamespace.create(root, CUSTOMERS.schema, _bucket_spec("id_bucket", 0, 2)).write(CUSTOMERS)
+
+
+_TEMPLATES = {"ns": ("events", _build_events), "docs": ("docs", _build_docs), "orders": ("orders", _build_orders),
+              "customers": ("customers", _build_customers)}
 
 
 @pytest.fixture(scope="session")
@@ -94,7 +119,7 @@ def _doctest_templates(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _doctest_globals(request, doctest_namespace):
-    """Fresh ``tmp``, ``ns`` and ``docs`` for each doctest that names them (no cost elsewhere)."""
+    """Fresh ``tmp`` and namespaces (``ns``, ``docs``, ...) for each doctest that names them (no cost elsewhere)."""
     from _pytest.doctest import DoctestItem
 
     if not isinstance(request.node, DoctestItem):
