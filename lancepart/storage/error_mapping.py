@@ -273,12 +273,14 @@ def storage_errors(path: str, *, table: str | None = None, reading: bool = False
     """Re-raise an ``OSError`` / ``ValueError`` (Arrow's and Lance's included) of the block as its
     typed error (:func:`typed_error`); anything else passes unchanged.
 
-    >>> import lance
-    >>> open(f"{tmp}/file", "w").close()
-    >>> with storage_errors(f"{tmp}/file/ns"):
-    ...     lance.write_dataset(pa.table({"id": [1]}), f"{tmp}/file/ns")  # doctest: +ELLIPSIS
+    >>> with storage_errors("/data/ns"):
+    ...     raise OSError("LanceError(IO): No space left on device (os error 28)")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    lancepart.errors.InvalidArgumentError: .../file is a file, not a directory: it cannot be (or hold) the ...
+    lancepart.errors.StorageFullError: /data/ns: the storage is full (ENOSPC); ...
+    >>> with storage_errors("/data/ns"):
+    ...     raise KeyError("id")                                       # not a storage error: unchanged
+    Traceback (most recent call last):
+    KeyError: 'id'
     """
     try:
         yield
@@ -476,10 +478,10 @@ def operation_errors(operation: str, root: str | None, *, publishes: bool = True
     commits. In a process forked after Lance ran in its parent it raises
     :class:`~lancepart.errors.ForkedProcessError` before anything runs.
 
-    >>> with operation_errors("merge", ns.root):
-    ...     raise OSError("LanceError(IO): No space left on device (os error 28)")  # doctest: +ELLIPSIS
+    >>> with operation_errors("merge", "/data/events"):
+    ...     raise OSError("LanceError(IO): Too many concurrent writers. Attempted 10 retries.")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    lancepart.errors.StorageFullError: .../events: the storage is full (ENOSPC); ...; merge: nothing was published
+    lancepart.errors.CommitConflictError: merge on /data/events: Lance gave up a commit ...; run it again
     """
     refuse_if_forked()  # before anything of it runs: in such a child Lance would hang or crash
     token = _COMMITS.set([]) if _COMMITS.get() is None else None
