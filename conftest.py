@@ -120,9 +120,8 @@ def _doctest_templates(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _doctest_globals(request, doctest_namespace):
     """Fresh ``tmp`` and namespaces (``ns``, ``docs``, ...) for each doctest that names them (no cost elsewhere)."""
-    from _pytest.doctest import DoctestItem
-
-    if not isinstance(request.node, DoctestItem):
+    dtest = getattr(request.node, "dtest", None)  # a doctest item (pytest's DoctestItem)
+    if dtest is None:
         return
     import lancepart
     from lancepart import PartitionedNamespace
@@ -131,7 +130,7 @@ def _doctest_globals(request, doctest_namespace):
                              timedelta=timedelta)
     for name in ("tmp", *_TEMPLATES):  # never a previous doctest's
         doctest_namespace.pop(name, None)
-    source = "".join(ex.source for ex in request.node.dtest.examples)
+    source = "".join(ex.source for ex in dtest.examples)
     used = {name for name in ("tmp", *_TEMPLATES) if re.search(rf"\b{name}\b", source)}
     if not used:
         return
