@@ -52,8 +52,17 @@ class RetryableError(LancepartError):
     it lost to concurrent commits and published nothing. Catch it to retry (with a backoff);
     the command line exits 75 for it.
 
-    >>> # try: ns.write(batch, batch_id=b)
-    >>> # except RetryableError: time.sleep(5); ns.refresh().write(batch, batch_id=b)
+    >>> import time
+    >>> def write_with_retries(ns, batch, batch_id, attempts=3):
+    ...     for attempt in range(attempts):
+    ...         try:
+    ...             return ns.refresh().write(batch, batch_id=batch_id)  # the batch id makes a rerun safe
+    ...         except RetryableError:
+    ...             if attempt + 1 == attempts:
+    ...                 raise
+    ...             time.sleep(5)
+    >>> write_with_retries(ns, pa.table({"id": [7], "event_date": [date(2025, 12, 12)]}), "2025-12-12").rows_written
+    1
     """
 
 

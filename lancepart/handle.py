@@ -4,7 +4,10 @@ latest one. :class:`lancepart.namespace.PartitionedNamespace` is the implementat
 modules under it (write, maintenance, index, read) name this protocol instead, so that
 nothing under the public object depends on it.
 
->>> # def delete(ns: NamespaceHandle, filter: str) -> CommitResult: ...
+>>> def partition_count(ns: NamespaceHandle, filter: str | None = None) -> int:
+...     return len(ns.refresh().partitions(filter))
+>>> partition_count(ns), partition_count(ns, "event_date > DATE '2025-12-09'")
+(3, 2)
 """
 
 from __future__ import annotations

@@ -5,8 +5,15 @@ hand to :meth:`lancepart.PartitionedNamespace.write` or ``merge``: each file is 
 record batches (only its schema is read up front), CSV and JSON columns the namespace schema
 knows are parsed as its types, and several files become one stream with one schema.
 
->>> # reader = input_reader(["a.parquet", "b.csv.gz"], None, ns.schema, print)
->>> # ns.write(reader, batch_id="2025-12-10")
+>>> import gzip, pyarrow.parquet as pq
+>>> pq.write_table(pa.table({"id": [7], "event_date": [date(2025, 12, 12)], "country": ["US"]}), f"{tmp}/a.parquet")
+>>> with gzip.open(f"{tmp}/b.csv.gz", "wt") as f:
+...     _ = f.write("id,event_date,country\\n8,2025-12-12,FR\\n")
+>>> reader = input_reader([f"{tmp}/a.parquet", f"{tmp}/b.csv.gz"], None, ns.schema, progress=lambda message: None)
+>>> ns.write(reader, batch_id="2025-12-12").rows_written
+2
+>>> ns.to_table("event_date = DATE '2025-12-12'", columns=["id", "country"]).to_pylist()
+[{'id': 7, 'country': 'US'}, {'id': 8, 'country': 'FR'}]
 """
 
 from __future__ import annotations

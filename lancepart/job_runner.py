@@ -24,7 +24,16 @@ def job_main(name: str, run: Callable[[], dict[str, Any]]) -> int:
     ``job_seconds`` (exit code 0; 3 when the summary lists ``failures``, tables a maintenance run
     had to skip), or print the typed error on stderr (exit code 2; the job published nothing).
 
-    >>> # sys.exit(job_main("compact", lambda: run_compact(JobConfig.load("configs/compact-demo.yaml"))))
+    ``jobs/compact.py`` is ``sys.exit(job_main("compact", lambda: run_compact(JobConfig.load(path))))``.
+
+    >>> job_main("count", lambda: {"rows": ns.to_table().num_rows})  # doctest: +ELLIPSIS
+    {
+      "rows": 6,
+      "job_seconds": ...
+    }
+    0
+    >>> job_main("count", lambda: PartitionedNamespace.open(f"{tmp}/nowhere").to_table())  # message on stderr
+    2
     """
     started = time.monotonic()
     try:

@@ -198,7 +198,10 @@ class PartitionedNamespace:
         (docs/history.md). A version a cleanup removed raises :class:`SnapshotExpiredError`
         saying how far back time travel reaches.
 
-        >>> # PartitionedNamespace.open("/data/events", version=12).to_table("country = 'US'")
+        >>> before = ns.history()[1].version          # the version before the latest write
+        >>> old = PartitionedNamespace.open(ns.root, version=before)
+        >>> old.to_table("country = 'US'").num_rows, old.read_only
+        (2, True)
         """
         root_s = _resolve_root(root)
         manifest = Manifest(root_s, storage_options)
@@ -237,7 +240,8 @@ class PartitionedNamespace:
         (version, timestamp, operation, batch_id, rows_written, partitions_touched). Each is a
         snapshot ``open(root, version=...)`` can read; cleanup decides how far back they go.
 
-        >>> # [(e.version, e.operation) for e in ns.history(limit=5)]
+        >>> [(e.operation, e.batch_id, e.rows_written) for e in ns.history(limit=2)]
+        [('append', '2025-12-11', 2), ('append', '2025-12-10', 4)]
         """
         from lancepart.ops.history import history
 
@@ -333,9 +337,10 @@ class PartitionedNamespace:
         ``partition_field_*`` columns through Lance schema evolution. Defining exactly the
         current spec again is a no-op (``details["created"]`` False, ``result.spec`` the current spec).
 
-        >>> # ns.evolve([{"source_ids": [1], "transform": {"type": "year"}, "result_type": {"type": "int32"}},
-        >>> #            {"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
-        >>> #             "result_type": {"type": "utf8"}}]).spec.id
+        >>> ns.evolve([{"source_ids": [1], "transform": {"type": "year"}, "result_type": {"type": "int32"}},
+        ...            {"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
+        ...             "result_type": {"type": "utf8"}}]).spec.id
+        2
         """
         self._writable("evolve")
         from lancepart.evolution.spec_evolution import evolve
@@ -357,8 +362,12 @@ class PartitionedNamespace:
         :class:`CommitResult`; ``details``: ``added``, ``renamed``, ``dropped``, ``widened`` (what
         changed), ``schema`` (the new schema's JSON) and ``max_field_id``.
 
-        >>> # ns.update_schema(add=[pa.field("score", pa.float64())], rename={"country": "region"},
-        >>> #                  widen={"id": pa.int64()})
+        >>> result = ns.update_schema(add=[pa.field("score", pa.float64())], rename={"country": "region"},
+        ...                           widen={"user_id": pa.int64()})
+        >>> result.details["added"], result.details["renamed"], result.details["widened"]
+        (['score'], {'country': 'region'}, {'user_id': 'int64'})
+        >>> ns.schema.names
+        ['id', 'event_date', 'region', 'user_id', 'amount', 'score']
         """
         self._writable("update_schema")
         from lancepart.evolution.schema_evolution import update_schema
@@ -382,7 +391,11 @@ class PartitionedNamespace:
         input touches (dynamic partition overwrite). A ``batch_id`` that is already
         published makes this a no-op returning ``skipped=True``.
 
-        >>> # ns.write(pa.table({"id": [1], "event_date": [...], "country": ["US"]}), batch_id="2025-12-10")
+        >>> rows = pa.table({"id": [7], "event_date": [date(2025, 12, 12)], "country": ["US"]})
+        >>> ns.write(rows, batch_id="2025-12-12").rows_written
+        1
+        >>> ns.write(rows, batch_id="2025-12-12").skipped    # published already: nothing written
+        True
         """
         self._writable("write")
         from lancepart.write.local import write_local
@@ -410,7 +423,8 @@ class PartitionedNamespace:
         (spec "Partition Pruning", Appendix D); a partition is dropped only when it provably
         holds no matching row.
 
-        >>> # ns.partitions("event_date = DATE '2025-12-10' AND country = 'US'")
+        >>> [p.values for p in ns.partitions("event_date = DATE '2025-12-10' AND country = 'US'")]
+        [{'event_date': datetime.date(2025, 12, 10)}]
         """
         from lancepart.arguments import check_filter
 
@@ -458,7 +472,8 @@ class PartitionedNamespace:
         the ``columns`` projection are pushed into each Lance scan, and the filter is applied
         exactly (DataFusion semantics) to what was read.
 
-        >>> # ns.to_table("event_date = DATE '2025-12-10' AND country = 'US'", columns=["id"])
+        >>> ns.to_table("event_date = DATE '2025-12-10' AND country = 'US'", columns=["id"]).to_pylist()
+        [{'id': 3}]
         """
         from lancepart.read.snapshot import scan
 
@@ -478,7 +493,8 @@ class PartitionedNamespace:
         call; reading the stream later still reads it (cleanup keeps it while it is retained).
         ``batch_size``: rows per batch Lance reads (batches after the filter may be smaller).
 
-        >>> # for batch in ns.to_batches("country = 'US'", columns=["id", "amount"]): ...
+        >>> sum(batch.num_rows for batch in ns.to_batches("country = 'US'", columns=["id", "amount"]))
+        3
         """
         from lancepart.read.engines import typed_reader
         from lancepart.read.snapshot import scan_stream
@@ -512,7 +528,10 @@ class PartitionedNamespace:
         snapshot of this call), so memory stays flat; the ``lancepart[duckdb]`` extra. DuckDB
         tables have at least one column: ``columns=[]`` is :class:`InvalidArgumentError`.
 
-        >>> # ns.to_duckdb("events", "country = 'US'"); duckdb.sql("SELECT count(*) FROM events")
+        >>> import duckdb
+        >>> con = ns.to_duckdb("events", "country = 'US'", connection=duckdb.connect())
+        >>> con.sql("SELECT count(*) FROM events").fetchall()
+        [(3,)]
         """
         from lancepart.read.engines import check_duckdb_target, to_duckdb
         from lancepart.read.snapshot import read_schema_for, scan_stream
@@ -545,8 +564,9 @@ class PartitionedNamespace:
         the query is planned, and it keeps the tables it had (one of its own named ``table``
         included).
 
-        >>> # ns.sql("SELECT country, sum(amount) FROM events WHERE event_date = DATE '2025-12-10' "
-        >>> #        "GROUP BY country", table="events").to_arrow_table()
+        >>> ns.sql("SELECT country, sum(amount) AS amount FROM events WHERE event_date = DATE '2025-12-10' "
+        ...        "GROUP BY country ORDER BY country", table="events").to_arrow_table().to_pylist()
+        [{'country': 'DE', 'amount': 5.5}, {'country': 'US', 'amount': 30.0}]
         """
         from lancepart.read.engines import sql
 
@@ -564,7 +584,10 @@ class PartitionedNamespace:
         cleanup has cut is :class:`SnapshotExpiredError` naming the oldest version it reaches.
         ``filter`` prunes through ``__manifest`` and keeps the changed rows matching it.
 
-        >>> # for batch in ns.changes(last_seen, filter="country = 'US'"): ...
+        >>> last_seen = ns.manifest_version
+        >>> _ = ns.delete("id = 1")
+        >>> ns.changes(last_seen, filter="country = 'US'").read_all().select(["id", "_change_type"]).to_pylist()
+        [{'id': 1, '_change_type': 'delete'}]
         """
         from lancepart.read.changes import change_stream
         from lancepart.read.engines import typed_reader
@@ -579,7 +602,9 @@ class PartitionedNamespace:
         each Lance scanner (``None`` without a filter). ``to_table``, ``lancepart.spark.read``
         and ``lancepart.spark.join`` all read through it.
 
-        >>> # parts, filter, scan_filter = ns.scan_plan("event_date = DATE '2025-12-10'")
+        >>> parts, filter, scan_filter = ns.scan_plan("event_date = DATE '2025-12-10'")
+        >>> [p.values["event_date"].isoformat() for p in parts], scan_filter
+        (['2025-12-10'], "event_date = DATE '2025-12-10'")
         """
         from lancepart.arguments import check_filter
 
@@ -628,7 +653,8 @@ class PartitionedNamespace:
         exactly and the per-table results merged (:mod:`lancepart.read.search`). ``params``:
         ``metric`` (l2, cosine, dot), ``nprobes``, ``refine_factor``, ...
 
-        >>> # ns.search("embedding", q, k=10, filter="tenant = 'acme'")
+        >>> docs.search("embedding", [1, 0, 0, 0], k=2, filter="tenant = 'acme'", columns=["id"])["id"].to_pylist()
+        [1, 3]
         """
         from lancepart.read.search import search
 
@@ -640,7 +666,8 @@ class PartitionedNamespace:
         """The ``k`` published rows that match full-text ``query`` on ``column`` best (``_score``
         descending), among those matching ``filter``; each searched table needs an INVERTED index.
 
-        >>> # ns.search_text("body", "partitioned lance", k=5)
+        >>> docs.search_text("body", "partitioned lance", k=5, columns=["id"])["id"].to_pylist()
+        [1, 3, 4]
         """
         from lancepart.read.search import search_text
 
@@ -657,7 +684,10 @@ class PartitionedNamespace:
         ``materialize_deletions_threshold`` (0.1), ``compact_manifest_table`` (True),
         ``max_retries`` (20); see :func:`lancepart.maintenance.compact.compact`.
 
-        >>> # ns.compact("event_date < DATE '2025-12-01'").details["fragments_after"]
+        >>> _ = ns.write(pa.table({"id": [7], "event_date": [date(2025, 12, 10)], "country": ["US"]}))
+        >>> result = ns.compact("event_date <= DATE '2025-12-10'")
+        >>> result.partitions_touched, result.details["fragments_before"], result.details["fragments_after"]
+        (1, 3, 2)
         """
         self._writable("compact")
         from lancepart.maintenance.compact import compact
@@ -706,7 +736,8 @@ class PartitionedNamespace:
         ``older_than`` below the retention floor (one hour unless the namespace raises it) raises
         :class:`~lancepart.errors.UnsafeRetentionError` unless ``allow_short_retention=True``.
 
-        >>> # ns.cleanup(timedelta(days=7), dry_run=True).bytes_removed
+        >>> ns.cleanup(timedelta(days=7), dry_run=True).versions_removed   # nothing is that old yet
+        0
         """
         self._writable("cleanup")
         from lancepart.maintenance.cleanup import cleanup
@@ -747,8 +778,10 @@ class PartitionedNamespace:
         it: what to use when ``open`` raises :class:`CorruptNamespaceError` for the lost columns.
         ``ns.repair()`` repairs the namespace a handle was opened on and refreshes the handle.
 
-        >>> # PartitionedNamespace.repair("/data/events", dry_run=True).columns_restored
-        >>> # ns.repair().needed
+        >>> PartitionedNamespace.repair(ns.root, dry_run=True).columns_restored
+        ()
+        >>> ns.repair().needed
+        False
         """
         if isinstance(root, PartitionedNamespace):  # PartitionedNamespace.repair(ns): the method called unbound
             return root._repair_open(dry_run, max_retries=max_retries)
@@ -769,7 +802,9 @@ class PartitionedNamespace:
         its partition values recomputed (:mod:`lancepart.maintenance.verify`). Never raises for
         a problem found: ``report.ok``, ``report.problems``.
 
-        >>> # [p.kind for p in ns.verify(deep=True).problems]
+        >>> report = ns.verify(deep=True)
+        >>> report.ok, [p.kind for p in report.problems], report.rows_checked
+        (True, [], 6)
         """
         from lancepart.maintenance.verify import verify
 
@@ -781,7 +816,10 @@ class PartitionedNamespace:
         (files stay for cleanup). The filter may only name identity-partitioned columns
         (:mod:`lancepart.maintenance.drop`); ``details["dropped"]`` lists what went.
 
-        >>> # ns.drop_partitions("event_date = DATE '2025-12-10'").partitions_touched
+        >>> ns.drop_partitions("event_date = DATE '2025-12-10'").partitions_touched
+        1
+        >>> ns.to_table(columns=["id"]).num_rows
+        4
         """
         self._writable("drop_partitions")
         from lancepart.maintenance.drop import drop_partitions
@@ -796,7 +834,8 @@ class PartitionedNamespace:
         Lance deletions on the published version of each partition the pruner keeps, then one
         ``__manifest`` commit (:mod:`lancepart.maintenance.delete`); ``details["rows_deleted"]``.
 
-        >>> # ns.delete("user_id = 42").details["rows_deleted"]
+        >>> ns.delete("user_id = 42").details["rows_deleted"]
+        3
         """
         self._writable("delete")
         from lancepart.maintenance.delete import delete
@@ -812,7 +851,8 @@ class PartitionedNamespace:
         versions move forward to copies of the old ones; batch ids published since are recorded
         as undone, so their reruns publish again. Specs and schema are not rolled back.
 
-        >>> # ns.rollback(ns.history()[3].version).details["undone_batch_ids"]
+        >>> ns.rollback(ns.history()[1].version).details["undone_batch_ids"]
+        ['2025-12-11']
         """
         self._writable("rollback")
         from lancepart.maintenance.rollback import rollback
@@ -830,7 +870,11 @@ class PartitionedNamespace:
         (``when_not_matched="insert"``) or dropped (``"ignore"``). ``details["rows_updated"]``,
         ``details["rows_inserted"]``.
 
-        >>> # ns.merge(changes, on=["id"]).details["rows_updated"]
+        >>> changes = pa.table({"id": [1, 7], "event_date": [date(2025, 12, 9), date(2025, 12, 12)],
+        ...                     "country": ["US", "JP"], "user_id": [42, 3], "amount": [11.0, 3.0]}, schema=ns.schema)
+        >>> result = ns.merge(changes, on=["id"])
+        >>> result.details["rows_updated"], result.details["rows_inserted"]
+        (1, 1)
         """
         self._writable("merge")
         from lancepart.write.merge import merge
@@ -847,7 +891,9 @@ class PartitionedNamespace:
         ``min_rows`` rows (default 10000), published in one ``__manifest`` commit; writes and
         compactions keep it up to date from then on (:mod:`lancepart.maintenance.indexes`, docs/indexes.md).
 
-        >>> # ns.create_index("embedding", "IVF_PQ", num_partitions=16, num_sub_vectors=8)
+        >>> _ = docs.create_index("embedding", "IVF_PQ", num_partitions=16, num_sub_vectors=2)
+        >>> [(i["name"], i["tables"], i["indexed"]) for i in docs.list_indexes()]  # tables under min_rows: none yet
+        [('body_inverted', 2, 2), ('embedding_ivf_pq', 2, 0)]
         """
         self._writable("create_index")
         from lancepart.maintenance.indexes import create_index

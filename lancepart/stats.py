@@ -5,7 +5,11 @@ Bytes and versions count every file under a table's directory (data, deletion, i
 version manifest files of every version still on storage, not only the published one), so
 they say what a cleanup could win back; rows count the published version only.
 
->>> # describe(PartitionedNamespace.open("/data/events"))["bytes"]
+>>> d = describe(ns)
+>>> d["partitions"], d["rows"], d["versions"], d["manifest"]["versions"]
+(3, 6, 10, 7)
+>>> [(t["values"]["event_date"].isoformat(), t["rows"]) for t in d["tables"]]
+[('2025-12-09', 2), ('2025-12-10', 2), ('2025-12-11', 2)]
 """
 
 from __future__ import annotations

@@ -38,7 +38,14 @@ migrated); one with ``.lance-reserved`` and no table version yet is reserved, no
 (excluded unless ``include_reserved=True``; Lance's own ``DirectoryNamespace`` does list
 declared tables). A ``<name>.lance`` prefix with no file is no table (V1 "Table Existence").
 
->>> # migrate("/data/lake")["registered"]
+>>> import lance
+>>> _ = lance.write_dataset(pa.table({"id": [1, 2]}), f"{ns.root}/clicks.lance")   # a V1 table beside ns
+>>> list_root_tables({"root": ns.root}), list_root_tables({"root": ns.root, "dir_listing_enabled": "false"})
+(['clicks'], [])
+>>> migrate(ns.root)["registered"]
+{'clicks': 1}
+>>> list_root_tables({"root": ns.root, "dir_listing_enabled": "false"})
+['clicks']
 """
 
 from __future__ import annotations
@@ -107,7 +114,10 @@ class CompatConfig:
 def open_namespace(properties: Mapping[str, str]):
     """Open the partitioned namespace the properties describe.
 
-    >>> # open_namespace({"root": "s3://bucket/lake", "storage.region": "us-west-2"})
+    >>> open_namespace({"root": ns.root}).current_spec.id
+    1
+
+    On S3: ``open_namespace({"root": "s3://bucket/lake", "storage.region": "us-west-2"})``.
     """
     from lancepart.namespace import PartitionedNamespace
 
@@ -143,7 +153,11 @@ def v1_tables(root: str | os.PathLike[str], storage_options: Mapping[str, str] |
     """Every ``<name>.lance`` table directory of ``root`` that exists (holds at least one file),
     with its state from the marker files, sorted by name.
 
-    >>> # [t.state for t in v1_tables("/data/lake")]
+    >>> import lance, os
+    >>> _ = lance.write_dataset(pa.table({"id": [1, 2]}), f"{tmp}/clicks.lance")
+    >>> os.makedirs(f"{tmp}/users.lance"); open(f"{tmp}/users.lance/.lance-reserved", "w").close()
+    >>> [(t.name, t.state) for t in v1_tables(tmp)]
+    [('clicks', 'table'), ('users', 'reserved')]
     """
     root_s = normalize_root(root)
     local = _local(root_s)
@@ -185,7 +199,11 @@ def list_v1_tables(root: str | os.PathLike[str], storage_options: Mapping[str, s
     """Names of the V1 tables of ``root`` (``<name>.lance`` directories), without deregistered
     ones and, unless ``include_reserved``, without reserved ones that have no version yet.
 
-    >>> # list_v1_tables("/data/lake")  -> ['clicks', 'users']
+    >>> import lance, os
+    >>> _ = lance.write_dataset(pa.table({"id": [1, 2]}), f"{tmp}/clicks.lance")
+    >>> os.makedirs(f"{tmp}/users.lance"); open(f"{tmp}/users.lance/.lance-reserved", "w").close()
+    >>> list_v1_tables(tmp), list_v1_tables(tmp, include_reserved=True)
+    (['clicks'], ['clicks', 'users'])
     """
     wanted = {"table", "reserved"} if include_reserved else {"table"}
     return [t.name for t in v1_tables(root, storage_options) if t.state in wanted]
@@ -204,7 +222,10 @@ def list_root_tables(properties: Mapping[str, str]) -> list[str]:
     manifest tables merged with V1 directories, manifest first, deduplicated by name and
     location; either side switched off by ``manifest_enabled`` / ``dir_listing_enabled``).
 
-    >>> # list_root_tables({"root": "/data/lake", "dir_listing_enabled": "false"})
+    >>> import lance
+    >>> _ = lance.write_dataset(pa.table({"id": [1, 2]}), f"{ns.root}/clicks.lance")   # not registered yet
+    >>> list_root_tables({"root": ns.root}), list_root_tables({"root": ns.root, "dir_listing_enabled": "false"})
+    (['clicks'], [])
     """
     cfg = CompatConfig.from_properties(properties)
     names: dict[str, str] = {}
@@ -298,7 +319,14 @@ def migrate(root: str | os.PathLike[str], storage_options: Mapping[str, str] | N
     holds ``$`` or is already a namespace id, or that Lance cannot open, is skipped with the
     reason.
 
-    >>> # migrate("/data/lake")  -> {"registered": {"clicks": 12}, ...}
+    >>> import lance
+    >>> _ = lance.write_dataset(pa.table({"id": [1, 2]}), f"{ns.root}/clicks.lance")
+    >>> migrate(ns.root, dry_run=True)["registered"]            # reports, commits nothing
+    {'clicks': 1}
+    >>> migrate(ns.root)["registered"]
+    {'clicks': 1}
+    >>> migrate(ns.root)["already_registered"]                  # a second run registers nothing
+    ['clicks']
     """
     root_s = normalize_root(root)
     so = _so(storage_options)

@@ -36,7 +36,12 @@ concurrent writers (CommitConflictError, a RetryableError): nothing was publishe
 ``cleanup``/``compact``: a version, table, file or directory it could not examine or remove, each
 named; the rest was done); 130 interrupted.
 
->>> # main(["--json", "describe", "/data/events"])
+>>> import contextlib, io, json
+>>> out = io.StringIO()
+>>> with contextlib.redirect_stdout(out):
+...     code = main(["-q", "--json", "describe", ns.root])
+>>> code, json.loads(out.getvalue())["rows"]
+(0, 6)
 """
 
 from __future__ import annotations
@@ -764,7 +769,10 @@ def _fail(code: int, kind: str, message: str, as_json: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``lancepart`` command; returns the exit code.
 
-    >>> # main(["cleanup", "/data/events", "--older-than", "7d", "--dry-run"])
+    >>> main(["-q", "cleanup", ns.root, "--older-than", "7d", "--dry-run"])  # doctest: +ELLIPSIS
+    would remove 0 versions and 0 files (0 B) in 3 tables of .../events
+    time travel would reach back to __manifest version 1 (...)
+    0
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_json = "--json" in argv

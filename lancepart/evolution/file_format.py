@@ -83,7 +83,12 @@ def set_data_storage_version(root: str | os.PathLike[str], version: str,
     from now on (``"2.0"``, ``"2.1"`` or ``"2.2"``; a metadata commit that concurrent publishes
     keep). Existing tables keep theirs: rows appended to them are written in their version.
 
-    >>> # set_data_storage_version("/data/events", "2.2")
+    >>> from lancepart.storage.lance_io import open_table
+    >>> set_data_storage_version(ns.root, "2.1")
+    >>> _ = ns.write(pa.table({"id": [7], "event_date": [date(2025, 12, 12)]}))    # a new partition table
+    >>> [(p.values["event_date"].day, table_data_storage_version(open_table(f"{ns.root}/{p.location}")))
+    ...  for p in ns.partitions()]
+    [(9, '2.2'), (10, '2.2'), (11, '2.2'), (12, '2.1')]
     """
     from lancepart.storage.manifest import Manifest, ManifestChanges, normalize_root
 
@@ -122,7 +127,9 @@ def table_data_storage_version(ds: lance.LanceDataset) -> str | None:
     its data files (``"legacy"`` for Lance's 0.x files; None for a table without any): the
     version the rows appended to it are written in.
 
-    >>> # table_data_storage_version(lance_io.open_table(uri))  # "2.1"
+    >>> from lancepart.storage.lance_io import open_table
+    >>> table_data_storage_version(open_table(f"{ns.root}/{ns.partitions()[0].location}"))
+    '2.2'
     """
     return fragments_data_storage_version(f.metadata for f in ds.get_fragments())
 

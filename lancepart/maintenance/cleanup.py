@@ -116,7 +116,8 @@ thing cannot be done there: telling the age of an unreferenced directory that ho
 version (a Spark job's directory with data files only), because Lance's file listing has no
 modification time. Such directories are left and named in :attr:`CleanupStats.errors`.
 
->>> # cleanup("/data/events", timedelta(days=7), dry_run=True).bytes_removed
+>>> cleanup(ns.root, timedelta(days=7), dry_run=True).bytes_removed    # nothing is a week old yet
+0
 """
 
 from __future__ import annotations
@@ -315,7 +316,10 @@ def set_retention_floor(root: str | os.PathLike[str], floor: timedelta,
     commit that concurrent publishes keep). A floor below :data:`DEFAULT_RETENTION_FLOOR` is
     refused: the default always holds.
 
-    >>> # set_retention_floor("/data/events", timedelta(hours=6))
+    >>> set_retention_floor(ns.root, timedelta(hours=6))
+    >>> cleanup(ns.root, timedelta(hours=2))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.UnsafeRetentionError: cleanup of ... is below the retention floor 6:00:00 of this namespace ...
     """
     if not isinstance(floor, timedelta) or floor < DEFAULT_RETENTION_FLOOR:
         raise InvalidArgumentError(f"floor must be a datetime.timedelta of at least {DEFAULT_RETENTION_FLOOR}, "
@@ -776,7 +780,15 @@ def cleanup(
     examined or removed is named in :attr:`CleanupStats.skipped` (why: in
     :attr:`CleanupStats.errors`); the rest goes on.
 
-    >>> # cleanup("/data/events", timedelta(days=7)).bytes_removed
+    >>> cleanup(ns.root, timedelta(minutes=5))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.UnsafeRetentionError: cleanup of ... with older_than=0:05:00 is below the retention floor ...
+    >>> _ = ns.delete("id = 1")                  # supersedes the first version of one table
+    >>> stats = cleanup(ns.root, timedelta(0), allow_short_retention=True)   # nothing writes to ns
+    >>> stats.versions_removed, stats.manifest_versions_removed     # 1 table version, 7 of __manifest
+    (8, 7)
+    >>> PartitionedNamespace.open(ns.root).to_table().num_rows
+    5
     """
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise InvalidArgumentError(f"older_than must be a non-negative datetime.timedelta, got {older_than!r}")

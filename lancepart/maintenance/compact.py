@@ -223,7 +223,10 @@ def plan_compaction(
 ) -> CompactionPlan:
     """Decide which partition tables to rewrite, on the namespace's current snapshot.
 
-    >>> # plan_compaction(ns, "event_date < DATE '2025-12-01'").tables
+    >>> _ = ns.write(pa.table({"id": [7], "event_date": [date(2025, 12, 10)], "country": ["US"]}))  # 2nd fragment
+    >>> plan = plan_compaction(ns, "event_date <= DATE '2025-12-10'")
+    >>> [(t.read_version, t.before.fragments) for t in plan.tables], plan.tables_already_compact
+    ([(2, 2)], 1)
     """
     check_options(target_rows_per_fragment, min_small_fragments, materialize_deletions_threshold)
     parts = ns.partitions(filter)
@@ -272,7 +275,11 @@ def rewrite_table(root: str, plan: TablePlan, storage_options: Mapping[str, str]
     """Run one table's compaction tasks on its published version and return the fragments they
     replace and write. Commits nothing (runs on executors too).
 
-    >>> # rewrite_table(ns.root, plan.tables[0]).added
+    >>> _ = ns.write(pa.table({"id": [7], "event_date": [date(2025, 12, 10)], "country": ["US"]}))  # 2nd fragment
+    >>> plan = plan_compaction(ns, "event_date = DATE '2025-12-10'")
+    >>> rewrite = rewrite_table(ns.root, plan.tables[0])
+    >>> len(rewrite.removed), len(rewrite.added)
+    (2, 1)
     """
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(plan.location, plan.object_id, root))
@@ -545,7 +552,12 @@ def compact(
     ``__manifest`` commit; ``partitions_touched`` is the number of tables compacted and
     ``rows_written`` the rows rewritten. Nothing to do: no ``__manifest`` commit at all.
 
-    >>> # compact(ns, "event_date < DATE '2025-12-01'").details["fragments_after"]
+    >>> _ = ns.write(pa.table({"id": [7], "event_date": [date(2025, 12, 10)], "country": ["US"]}))  # 2nd fragment
+    >>> result = compact(ns, "event_date <= DATE '2025-12-10'")
+    >>> result.partitions_touched, result.rows_written, result.details["fragments_after"]
+    (1, 3, 2)
+    >>> compact(ns).details["manifest"]["commits"]     # every table is compact now: no commit
+    0
     """
     started = time.monotonic()
     ns.refresh()

@@ -57,7 +57,9 @@ def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
     ``apply_tables`` runs the per-table deletes elsewhere (``lancepart.spark.delete``: on the
     executors); the ``__manifest`` commit and its rebase stay here.
 
-    >>> # delete(ns, "user_id = 42").details["rows_deleted"]
+    >>> result = delete(ns, "amount < 10")
+    >>> result.details["rows_deleted"], result.partitions_touched
+    (2, 2)
     """
     from lancepart.model.ids import partition_spec_id
     from lancepart.read.manifest_query import prune

@@ -113,7 +113,9 @@ def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, 
     entirely (and the namespace rows left without children). The tables' files stay until a
     cleanup collects them. ``dry_run`` reports what would go and publishes nothing.
 
-    >>> # drop_partitions(ns, "event_date < DATE '2025-01-01'").details["dropped"]
+    >>> result = drop_partitions(ns, "event_date < DATE '2025-12-10'", dry_run=True)
+    >>> [d["read_version"] for d in result.details["dropped"]], result.details["namespaces_removed"]
+    ([1], 1)
     """
     if not isinstance(filter, str) or not filter.strip():
         raise InvalidFilterError("drop_partitions needs a filter (a SQL boolean expression over identity-"

@@ -302,7 +302,11 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
     ``open_namespace(root, storage_options)`` opens it (``PartitionedNamespace.open``), after
     ``__manifest`` itself was checked.
 
-    >>> # report = verify("/data/events", deep=True, open_namespace=opener); report.ok
+    >>> def opener(root, storage_options):
+    ...     return PartitionedNamespace.open(root, storage_options=storage_options)
+    >>> report = verify(ns.root, deep=True, open_namespace=opener)
+    >>> report.ok, report.tables_checked, report.rows_checked
+    (True, 3, 6)
     """
     started = time.monotonic()
     manifest = Manifest(root, storage_options)

@@ -12,7 +12,11 @@ to the oldest version a cleanup left, and no further.
 * :func:`snapshot_at` finds the snapshot for ``PartitionedNamespace.open(root, version=N)`` or
   ``open(root, as_of=datetime)``: a read-only handle on that version.
 
->>> # [(e.version, e.operation, e.batch_id) for e in ns.history(limit=3)]
+>>> first_write = ns.history()[1]
+>>> first_write.operation, first_write.batch_id, first_write.rows_written
+('append', '2025-12-10', 4)
+>>> PartitionedNamespace.open(ns.root, as_of=first_write.timestamp).to_table().num_rows
+4
 """
 
 from __future__ import annotations

@@ -181,6 +181,8 @@ def repair_root(root: str, storage_options: Mapping[str, str] | None = None, *, 
                 ) -> RepairReport:
     """:func:`repair` of the namespace at ``root``, which cannot be opened while it is stripped.
 
-    >>> # repair_root("/data/events", dry_run=True).columns_restored
+    >>> report = repair_root(ns.root, dry_run=True)     # an intact namespace: nothing to restore
+    >>> report.needed, report.columns_restored
+    (False, ())
     """
     return repair(Manifest(normalize_root(root), storage_options), dry_run=dry_run)

@@ -227,7 +227,17 @@ def prune(
     Raises :class:`InvalidArgumentError` naming the filter (and the column, when unknown) when
     DataFusion cannot plan it as a boolean expression over ``schema``.
 
-    >>> # prune("event_date = '2025-12-10' AND country = 'US'", ns.schema, ns.specs, ns.snapshot().rows)
+    >>> result = prune("event_date = '2025-12-10' AND country = 'US'", ns.schema, ns.specs, ns.snapshot().rows)
+    >>> result.kept_counts, result.pruned           # per spec version: tables kept, tables pruned
+    ({1: 1}, {1: 2})
+    >>> print(result.manifest_sql)
+    SELECT object_id, location, read_version, read_branch, read_tag
+    FROM __manifest
+    WHERE object_type = 'table'
+      AND (
+        (object_id LIKE 'v1$%'
+          AND partition_field_event_date = DATE '2025-12-10')
+      )
     """
     specs = dict(sorted(specs.items()))
     if filter is not None and not filter.strip():

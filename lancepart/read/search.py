@@ -336,7 +336,11 @@ def search(ns: Any, column: str, query: Any, k: int = 10, filter: str | None = N
     (``l2`` squared euclidean, ``cosine``, ``dot``), ``nprobes``, ``refine_factor``, ``ef``, ...
     passed to Lance's nearest search on each table.
 
-    >>> # search(ns, "embedding", q, k=10, filter="tenant = 'acme'", nprobes=20)
+    >>> hits = search(docs, "embedding", [1, 0, 0, 0], k=2, filter="tenant = 'acme'", columns=["id"], nprobes=20)
+    >>> hits["id"].to_pylist(), [round(d, 2) for d in hits["_distance"].to_pylist()]
+    ([1, 3], [0.0, 0.02])
+    >>> search(docs, "embedding", [1, 0, 0, 0], k=2, metric="cosine")["id"].to_pylist()  # every tenant
+    [1, 4]
     """
     schema: pa.Schema = ns.schema
     dim = vector_dim(schema, column)
@@ -363,7 +367,8 @@ def search_text(ns: Any, column: str, query: str, k: int = 10, filter: str | Non
     among those matching ``filter``, with ``_score`` (BM25, computed per partition table),
     sorted descending. Every searched table needs an INVERTED index on ``column``.
 
-    >>> # search_text(ns, "body", "lance partition", k=5, filter="lang = 'en'")
+    >>> search_text(docs, "body", "lance partition", k=5, filter="tenant = 'acme'")["id"].to_pylist()
+    [1, 3]
     """
     schema: pa.Schema = ns.schema
     check_text("column", column, "a column name (a str)")

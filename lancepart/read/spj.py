@@ -317,7 +317,10 @@ def spj_compatibility(left_ns, right_ns, left_keys: Sequence[str], right_keys: S
     ``left_keys[i] = right_keys[i]`` without a shuffle? Looks at the spec versions that hold
     published partition tables.
 
-    >>> # spj_compatibility(orders, customers, ["customer_id"], ["id"]).reason
+    >>> spj_compatibility(orders, customers, ["customer_id"], ["id"]).reason
+    'left customer_bucket=bucket[4](customer_id) ~ right id_bucket=bucket[2](id): left bucket % 2 = right bucket'
+    >>> spj_compatibility(orders, customers, ["amount"], ["id"]).reason
+    "left has no partition field over the join keys ['amount'] (spec version(s) [1])"
     """
     return compatibility(left_ns.schema, table_specs(left_ns), right_ns.schema, table_specs(right_ns),
                          left_keys, right_keys)
@@ -527,7 +530,14 @@ def plan_join(left_ns, right_ns, on, how: str = "inner", filter_left: str | None
     the spec versions of the kept tables and form the partition groups (or say why the join
     must shuffle).
 
-    >>> # print(plan_join(orders, customers, [("customer_id", "id")]))
+    >>> print(plan_join(orders, customers, [("customer_id", "id")], filter_left="customer_id = 10"))
+    ... # doctest: +ELLIPSIS
+    inner join on left.customer_id = right.id
+      left  .../orders: 1 partition tables after pruning
+      right .../customers: 2 partition tables after pruning
+      storage-partitioned join: 1 partition groups, one task each, no shuffle of either side
+        left customer_bucket=bucket[4](customer_id) ~ right id_bucket=bucket[2](id): left bucket % 2 = right bucket
+        group (0,): 1 left + 1 right tables
     """
     pairs = join_pairs(on)
     how = join_type(how)

@@ -1,16 +1,22 @@
 """Spark adapter: executors evaluate partition transforms on Arrow batches and write Lance
 fragments; the driver plans and commits through the engine-agnostic ``lancepart.write`` path.
 Reads and storage-partitioned joins plan on the driver through ``__manifest`` and scan
-partition tables with pylance on the executors.
+partition tables with pylance on the executors::
+
+    from lancepart import spark as lps
+    lps.write(df, "/data/events", mode="append", batch_id="2025-12-10")
+    lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'")
+    lps.compact(spark, "/data/events", filter="event_date < DATE '2025-12-01'")
+    lps.delete(spark, "/data/events", "user_id = 42")
+    lps.search(spark, "/data/docs", queries_df, "embedding", k=10, id_column="qid")
+    lps.merge(changes_df, "/data/events", on=["id"])
+    lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256)
+
+Planning a join needs no Spark:
 
 >>> from lancepart import spark as lps
->>> # lps.write(df, "/data/events", mode="append", batch_id="2025-12-10")
->>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'")
->>> # lps.compact(spark, "/data/events", filter="event_date < DATE '2025-12-01'")
->>> # lps.delete(spark, "/data/events", "user_id = 42")
->>> # lps.search(spark, "/data/docs", queries_df, "embedding", k=10, id_column="qid")
->>> # lps.merge(changes_df, "/data/events", on=["id"])
->>> # lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256)
+>>> lps.explain_join(orders.root, customers.root, on=[("customer_id", "id")]).spj
+True
 """
 
 from lancepart.read.spj import Compatibility, JoinPlan, spj_compatibility

@@ -71,7 +71,10 @@ def compact(
     tens of milliseconds of scheduling, which dominates when the tables are small
     (benchmarks/compact.py: 512 small tables in 25 s with one task per table, 4.3 s grouped).
 
-    >>> # from lancepart import spark as lps; lps.compact(spark, "/data/events", target_rows_per_fragment=1 << 20)
+    Example::
+
+        from lancepart import spark as lps
+        lps.compact(spark, "/data/events", target_rows_per_fragment=1 << 20)
     """
     register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     return _compact(lambda: spark, root, filter, target_rows_per_fragment, storage_options=storage_options,
@@ -89,7 +92,13 @@ def compact_on_demand(session: Callable[[], Any], root: str, filter: str | None 
     executor fetches and unpacks the shipped environment) and the rest (index maintenance,
     ``__manifest`` compaction) runs on the driver as it would anyway. ``jobs/compact.py`` runs it.
 
-    >>> # compact_on_demand(lambda: get_session("compact"), "/data/events")
+    ``compact_on_demand(lambda: get_session("compact"), "/data/events")``; on a namespace whose
+    tables are all compact the session is never asked for:
+
+    >>> def no_spark():
+    ...     raise AssertionError("Spark was started")
+    >>> compact_on_demand(no_spark, ns.root).partitions_touched
+    0
     """
 
     def spark() -> Any:

@@ -23,12 +23,12 @@ the same paths as :func:`lancepart.spark.write` and :func:`lancepart.spark.read`
 
 Spark runs ``writer``/``reader``/``commit`` in Python worker processes, not in the process that
 called ``save``: the result of a publish is kept in a small JSON file on the driver's host
-(:func:`last_result`).
+(:func:`last_result`)::
 
->>> # from lancepart import spark as lps
->>> # lps.register(spark)
->>> # df.write.format("lancepart").mode("append").option("batch_id", "2025-12-10").save("/data/events")
->>> # lps.last_result("/data/events").rows_written
+    from lancepart import spark as lps
+    lps.register(spark)
+    df.write.format("lancepart").mode("append").option("batch_id", "2025-12-10").save("/data/events")
+    lps.last_result("/data/events").rows_written
 """
 
 from __future__ import annotations
@@ -117,7 +117,11 @@ def last_result(root: str) -> CommitResult | None:
     """The result of the last write through the data source to ``root`` committed on this host
     (any driver process of the same user; ``$LANCEPART_RESULTS_DIR`` moves the files), or None.
 
-    >>> # df.write.format("lancepart").save(root); lps.last_result(root).manifest_version
+    After ``df.write.format("lancepart").save(root)``, ``lps.last_result(root).manifest_version`` is
+    the version it published; a root no write through the data source reached has none:
+
+    >>> print(last_result(ns.root))
+    None
     """
     try:
         with open(_result_file(root)) as f:

@@ -57,7 +57,10 @@ def delete(spark, root: str, filter: str, *, storage_options: Mapping[str, str] 
     hold one spread over Spark tasks (about four per core), published in one ``__manifest`` commit (same result as
     ``ns.delete``).
 
-    >>> # from lancepart import spark as lps; lps.delete(spark, "/data/events", "user_id = 42")
+    Example::
+
+        from lancepart import spark as lps
+        lps.delete(spark, "/data/events", "user_id = 42")
     """
     register(spark, strict=False)
     ns = PartitionedNamespace.open(root, storage_options=storage_options)

@@ -76,8 +76,10 @@ def create_index(spark, root: str, column: str, index_type: str, *,
     """Declare an index and build it on every published partition table of ``root`` on the
     executors, published in one ``__manifest`` commit (same result as ``ns.create_index``).
 
-    >>> # from lancepart import spark as lps
-    >>> # lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256, num_sub_vectors=16)
+    Example::
+
+        from lancepart import spark as lps
+        lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256, num_sub_vectors=16)
     """
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     phases: dict[str, Any] = {"spark_jobs": 0, "spark_tasks": 0, "tables_s": 0.0}

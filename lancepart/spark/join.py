@@ -8,10 +8,12 @@ published version, filter and projection pushed into the scan) and joins them in
 Arrow's hash join. Neither side is shuffled, so the physical plan is ``MapInArrow`` over the
 group descriptions, with no ``Exchange``. Otherwise the join falls back to reading both sides
 with :func:`lancepart.spark.read` and a normal Spark join, logs a warning saying why, and the
-result's ``lancepart_join`` attribute (a :class:`~lancepart.read.spj.JoinPlan`) says so too.
+result's ``lancepart_join`` attribute (a :class:`~lancepart.read.spj.JoinPlan`) says so too::
 
->>> # df = lps.join(spark, "/data/orders", "/data/customers", on=[("customer_id", "id")])
->>> # print(df.lancepart_join)        # groups, matched fields, or why it shuffled
+    df = lps.join(spark, "/data/orders", "/data/customers", on=[("customer_id", "id")])
+    print(df.lancepart_join)        # groups, matched fields, or why it shuffled
+
+:func:`explain_join` gives the plan without Spark.
 """
 
 from __future__ import annotations
@@ -72,7 +74,14 @@ def explain_join(left_root: str, right_root: str, on, how: str = "inner", filter
     """How :func:`join` would run, without Spark: the partition groups of a storage-partitioned
     join, or why the join has to shuffle. ``str()`` of the result is a readable report.
 
-    >>> # print(lps.explain_join("/data/orders", "/data/customers", on=[("customer_id", "id")]))
+    >>> print(explain_join(orders.root, customers.root, on=[("customer_id", "id")]))  # doctest: +ELLIPSIS
+    inner join on left.customer_id = right.id
+      left  .../orders: 3 partition tables after pruning
+      right .../customers: 2 partition tables after pruning
+      storage-partitioned join: 2 partition groups, one task each, no shuffle of either side
+        left customer_bucket=bucket[4](customer_id) ~ right id_bucket=bucket[2](id): left bucket % 2 = right bucket
+        group (1,): 2 left + 1 right tables
+        group (0,): 1 left + 1 right tables
     """
     return plan_join(PartitionedNamespace.open(left_root, storage_options=storage_options),
                      PartitionedNamespace.open(right_root, storage_options=storage_options),
@@ -167,7 +176,9 @@ def join(
     right ones, ``right_suffix`` added where a name clashes. ``spj=False`` forces the shuffled
     join. The returned DataFrame carries ``lancepart_join``, the :class:`JoinPlan` that ran.
 
-    >>> # lps.join(spark, "/data/orders", "/data/customers", on=[("customer_id", "id")]).lancepart_join.spj
+    Example::
+
+        lps.join(spark, "/data/orders", "/data/customers", on=[("customer_id", "id")]).lancepart_join.spj
     """
     register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     left_ns = PartitionedNamespace.open(left_root, storage_options=storage_options)

@@ -122,7 +122,10 @@ def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_n
     """Upsert the Spark DataFrame ``df`` into the namespace at ``root`` by the key columns ``on``
     (same semantics, errors and result as ``ns.merge``), the per-table work on the executors.
 
-    >>> # from lancepart import spark as lps; lps.merge(changes, "/data/events", on=["id"])
+    Example::
+
+        from lancepart import spark as lps
+        lps.merge(changes, "/data/events", on=["id"])
     """
     spark = df.sparkSession
     register(spark, strict=False)

@@ -16,8 +16,10 @@ without a zone become ``TIMESTAMP_NTZ`` (wall clock), with a zone ``TIMESTAMP`` 
 ``large_utf8`` a ``STRING``, ``decimal128(p, s)`` a ``DECIMAL(p, s)``, unsigned integers the
 next wider signed type (``uint64`` a ``DECIMAL(20, 0)``).
 
->>> # from lancepart import spark as lps
->>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'", columns=["id", "amount"])
+Example::
+
+    from lancepart import spark as lps
+    lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'", columns=["id", "amount"])
 """
 
 from __future__ import annotations
@@ -262,7 +264,9 @@ def read(
     ``read_tag``; with ``split_rows``, a table holding more rows is read by several tasks of
     whole fragments. Storage options reach the executors as a broadcast.
 
-    >>> # lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'", columns=["id", "amount"])
+    Example::
+
+        lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'", columns=["id", "amount"])
     """
     register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     ns = PartitionedNamespace.open(root, storage_options=storage_options)

@@ -5,7 +5,10 @@ Every ``lps.*`` front end registers it implicitly, while the data source itself
 registration sits below both, and the data source hands its class over with
 :func:`data_source` when its module is imported (``import lancepart.spark`` does that first).
 
->>> # from lancepart.spark.registry import register; register(spark)
+Example::
+
+    from lancepart.spark.registry import register
+    register(spark)
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ def register(spark, strict: bool = True) -> None:
     ``strict=False`` (the implicit call of every ``lps.*`` function) logs a failure instead of
     raising it: ``lps.write`` does not need the data source.
 
-    >>> # lps.register(spark); spark.read.format("lancepart").load("/data/events")
+    Example::
+
+        lps.register(spark)
+        spark.read.format("lancepart").load("/data/events")
     """
     if getattr(spark, "_lancepart_registered", False):
         return

@@ -6,10 +6,10 @@ partitions through ``__manifest``, the metric is resolved from the tables' vecto
 at its published version and runs its queries against it, pushing the inclusive filter into Lance
 as a prefilter and applying the exact filter afterwards, with over-fetch); a window then keeps
 the best ``k`` per query, ties broken by partition table order and row id, as the in-process
-search does, so ``lps.search`` gives for each query the rows ``ns.search`` gives.
+search does, so ``lps.search`` gives for each query the rows ``ns.search`` gives::
 
->>> # lps.search(spark, "/data/docs", queries_df, "embedding", k=10, filter="tenant = 'acme'",
->>> #            id_column="qid").where("rank <= 3")
+    lps.search(spark, "/data/docs", queries_df, "embedding", k=10, filter="tenant = 'acme'",
+               id_column="qid").where("rank <= 3")
 """
 
 from __future__ import annotations
@@ -83,8 +83,10 @@ def search(spark, root: str, queries, column: str, k: int = 10, filter: str | No
     one of your own for ids that stay the same across runs). ``params`` as for
     :meth:`PartitionedNamespace.search` (``metric``, ``nprobes``, ``refine_factor``, ...).
 
-    >>> # lps.search(spark, "/data/docs", spark.createDataFrame([(1, [0.1] * 128)], "qid long, query array<float>"),
-    >>> #            "embedding", k=5, id_column="qid")
+    Example::
+
+        lps.search(spark, "/data/docs", spark.createDataFrame([(1, [0.1] * 128)], "qid long, query array<float>"),
+                   "embedding", k=5, id_column="qid")
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F

@@ -43,7 +43,9 @@ def get_session(app_name: str = "lancepart", conf: Mapping[str, Any] | None = No
     On a local master started here, Spark's Python workers run ``sys.executable`` unless
     ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` says otherwise.
 
-    >>> # spark = get_session("nightly-ingest", {"spark.sql.shuffle.partitions": "8"})
+    Example::
+
+        spark = get_session("nightly-ingest", {"spark.sql.shuffle.partitions": "8"})
     """
     from pyspark.sql import SparkSession
 

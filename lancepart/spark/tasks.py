@@ -2,7 +2,14 @@
 errors of failed tasks brought back to the driver, and the per-table fan-out of every operation
 that works table by table (:func:`run_on_executors`).
 
->>> # answers = run_on_executors(spark, ns.storage_options, [json.dumps(t) for t in todo], task, phases)
+Example::
+
+    answers = run_on_executors(spark, ns.storage_options, [json.dumps(t) for t in todo], task, phases)
+
+How many tasks share the tables (:func:`task_count`) is decided without Spark: about four per core.
+
+>>> task_count(512, parallelism=8), task_count(3, parallelism=8)
+(32, 3)
 """
 
 from __future__ import annotations
@@ -110,7 +117,12 @@ def run_on_executors(spark, storage_options: Mapping[str, str] | None, items: Se
     job in ``spark_jobs``, its tasks in ``spark_tasks`` and its wall time in ``tables_s``.
     No items: no job, no answers.
 
-    >>> # run_on_executors(spark, ns.storage_options, ['["v1$a", "3f9a_v1$a", 4]'], task, phases)
+    Example::
+
+        run_on_executors(spark, ns.storage_options, ['["v1$a", "3f9a_v1$a", 4]'], task, phases)
+
+    >>> run_on_executors(None, None, [], task=None)  # no items: no Spark job
+    []
     """
     if not items:
         return []

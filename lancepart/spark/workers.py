@@ -10,7 +10,10 @@ naming the module and the worker's Python. The answer is cached on the SparkCont
 cost (one one-task job, 0.5-0.9 s on a running context, see docs/deployment.md) is paid
 once. ``spark.lancepart.checkWorkers=false`` skips it.
 
->>> # from lancepart.spark.workers import check_workers; check_workers(spark)["pyarrow"]
+Example::
+
+    from lancepart.spark.workers import check_workers
+    check_workers(spark)["pyarrow"]
 """
 
 from __future__ import annotations

@@ -203,7 +203,10 @@ def write(
     ``index_on_write``: bring the declared indexes of the touched tables up to date before the
     publish (docs/indexes.md).
 
-    >>> # from lancepart import spark as lps; lps.write(df, "/data/events", batch_id="2025-12-10")
+    Example::
+
+        from lancepart import spark as lps
+        lps.write(df, "/data/events", batch_id="2025-12-10")
     """
     register(df.sparkSession, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     started = time.monotonic()

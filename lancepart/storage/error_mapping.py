@@ -273,7 +273,14 @@ def storage_errors(path: str, *, table: str | None = None, reading: bool = False
     """Re-raise an ``OSError`` / ``ValueError`` (Arrow's and Lance's included) of the block as its
     typed error (:func:`typed_error`); anything else passes unchanged.
 
-    >>> # with storage_errors(root): lance.write_dataset(...)
+    >>> with storage_errors("/data/ns"):
+    ...     raise OSError("LanceError(IO): No space left on device (os error 28)")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.StorageFullError: /data/ns: the storage is full (ENOSPC); ...
+    >>> with storage_errors("/data/ns"):
+    ...     raise KeyError("id")                                       # not a storage error: unchanged
+    Traceback (most recent call last):
+    KeyError: 'id'
     """
     try:
         yield
@@ -290,7 +297,14 @@ def table_errors(root: str, object_id: str, location: str, *, version: int | Non
     """Re-raise an error of the block, which reads or changes one partition table, as its typed
     error (:func:`table_error`); anything else passes unchanged.
 
-    >>> # with table_errors(root, oid, location, version=v): matching_addresses(ds, ...)
+    >>> import glob, lance, os
+    >>> p = ns.partitions()[0]
+    >>> for f in glob.glob(f"{ns.root}/{p.location}/data/*.lance"):  # damage the table's data file
+    ...     os.truncate(f, os.path.getsize(f) // 2)
+    >>> with table_errors(ns.root, p.object_id, p.location, version=p.read_version):
+    ...     lance.dataset(f"{ns.root}/{p.location}").to_table()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.CorruptTableError: partition table 'v1$...$dataset' at ...: data file data/... cannot be read ...
     """
     try:
         yield
@@ -464,7 +478,10 @@ def operation_errors(operation: str, root: str | None, *, publishes: bool = True
     commits. In a process forked after Lance ran in its parent it raises
     :class:`~lancepart.errors.ForkedProcessError` before anything runs.
 
-    >>> # with operation_errors("merge", ns.root): ...
+    >>> with operation_errors("merge", "/data/events"):
+    ...     raise OSError("LanceError(IO): Too many concurrent writers. Attempted 10 retries.")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.CommitConflictError: merge on /data/events: Lance gave up a commit ...; run it again
     """
     refuse_if_forked()  # before anything of it runs: in such a child Lance would hang or crash
     token = _COMMITS.set([]) if _COMMITS.get() is None else None
@@ -488,8 +505,12 @@ def public_operation(name: str, *, publishes: bool = True, root_arg: int | None 
     the ``root`` attribute of the first argument (a method of PartitionedNamespace), or with
     ``root_arg`` the positional argument at that index (or the ``root`` keyword).
 
-    >>> # @public_operation("lps.write", root_arg=1)
-    >>> # def write(df, root, ...): ...
+    >>> @public_operation("lps.write", root_arg=1)
+    ... def write(df, root):
+    ...     raise OSError("LanceError(IO): No space left on device (os error 28)")
+    >>> write(None, "/data/events")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.StorageFullError: /data/events: the storage is full (ENOSPC); ...; lps.write: nothing was published
     """
 
     def wrap(fn: F) -> F:

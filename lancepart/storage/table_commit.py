@@ -96,7 +96,15 @@ def commit_table(
     ``base_version`` (an overwrite or another rewrite replaced it; committing would lose or
     double rows).
 
-    >>> # commit_table(root, "3f9a0c1e_v1$...$dataset", 4, new_fragments)   # -> 5
+    >>> from lancepart.write.upgrade import append_fragments
+    >>> p = ns.partitions()[0]
+    >>> rows = pa.Table.from_pylist([{"id": 7, "event_date": p.values["event_date"]}], schema=ns.schema)
+    >>> new_fragments = append_fragments(ns.manifest, p.object_id, p.location, rows, ns.schema,
+    ...                                  published=p.read_version)
+    >>> commit_table(ns.root, p.location, p.read_version, new_fragments)
+    2
+    >>> ns.to_table(columns=["id"]).num_rows        # committed to the table, not published
+    6
     """
     if overwrite and remove:
         raise ValueError("commit_table: overwrite replaces every fragment; 'remove' makes no sense with it")

@@ -158,7 +158,9 @@ def batch_id_retention(root_properties: Mapping[str, str]) -> timedelta:
 def set_batch_id_retention(manifest: Manifest, retention: timedelta) -> None:
     """Set the root property ``lancepart.batch_id_retention`` (whole seconds).
 
-    >>> # set_batch_id_retention(ns.manifest, timedelta(days=90))
+    >>> set_batch_id_retention(ns.manifest, timedelta(days=90))
+    >>> batch_id_retention(ns.refresh().snapshot().metadata)
+    datetime.timedelta(days=90)
     """
     if not isinstance(retention, timedelta) or retention <= timedelta(0):
         raise InvalidArgumentError(f"batch id retention must be a positive datetime.timedelta, got {retention!r}")
@@ -326,7 +328,12 @@ def find_batch(manifest: Manifest, batch_id: str, snap: ManifestSnapshot) -> Bat
     (or a later one already indexed) published it; else None. Exact: any Unicode id matches
     only itself (spec "Transaction": the id is part of the publishing commit).
 
-    >>> # find_batch(ns.manifest, "批次-7", ns.manifest.snapshot())
+    >>> _ = ns.write(pa.table({"id": [7], "event_date": [date(2025, 12, 12)]}), batch_id="批次-7")
+    >>> record = find_batch(ns.manifest, "批次-7", ns.manifest.snapshot())
+    >>> record.manifest_version == ns.manifest_version, record.undone
+    (True, False)
+    >>> print(find_batch(ns.manifest, "批次-8", ns.manifest.snapshot()))
+    None
     """
     check_batch_id(batch_id)
     found: list[BatchRecord] = []

@@ -65,7 +65,18 @@ def check_files_present(
       commit, conditional on its snapshot being the latest, fails and goes again with the
       versions asked for.
 
-    >>> # check_files_present(root, [("v1$...$dataset", "3f9a0c1e_v1$...$dataset", 5, frags)])
+    >>> import os
+    >>> from lancepart.storage.table_commit import commit_table
+    >>> from lancepart.write.upgrade import append_fragments
+    >>> p = ns.partitions()[0]
+    >>> rows = pa.Table.from_pylist([{"id": 7, "event_date": p.values["event_date"]}], schema=ns.schema)
+    >>> frags = append_fragments(ns.manifest, p.object_id, p.location, rows, ns.schema, published=p.read_version)
+    >>> version = commit_table(ns.root, p.location, p.read_version, frags)
+    >>> check_files_present(ns.root, [(p.object_id, p.location, version, frags)])     # all there
+    >>> os.remove(f"{ns.root}/{p.location}/data/{frags[0].files[0].path}")
+    >>> check_files_present(ns.root, [(p.object_id, p.location, version, frags)])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.DataFilesMissingError: partition table v1$...: data file ... written by this write is gone ...
     """
     so = dict(storage_options) if storage_options else None
 

@@ -175,7 +175,15 @@ def commit_change(uri: str, base_version: int | None, updated: Sequence[Fragment
     :func:`lancepart.storage.table_commit.commit_exactly`'s (foreign fragments removed, the base restored
     first when an unpublished commit altered it, the version made checked to be exactly that).
 
-    >>> # commit_change(uri, 4, [frag_with_deletions], [7], new_frags)   # -> 5
+    >>> from lancepart.write.upgrade import append_fragments
+    >>> p = ns.partitions()[0]
+    >>> uri = f"{ns.root}/{p.location}"
+    >>> rows = pa.Table.from_pylist([{"id": 7, "event_date": p.values["event_date"]}], schema=ns.schema)
+    >>> new_frags = append_fragments(ns.manifest, p.object_id, p.location, rows, ns.schema, published=p.read_version)
+    >>> commit_change(uri, p.read_version, [], [0], new_frags)      # fragment 0 out, the new rows in
+    2
+    >>> open_table(uri, version=2).to_table(columns=["id"]).to_pylist()
+    [{'id': 7}]
     """
     so = dict(storage_options) if storage_options else None
     published = open_table(uri, version=base_version, storage_options=so)
@@ -682,7 +690,11 @@ def merge(ns: NamespaceHandle, data: Any, on: Sequence[str], when_matched: str =
     whose key is not published is inserted (``when_not_matched="insert"``; ``"ignore"`` drops
     it). ``details``: ``rows_updated``, ``rows_inserted``.
 
-    >>> # merge(ns, changes, on=["id"]).details["rows_updated"]
+    >>> changes = pa.Table.from_pylist([{"id": 1, "event_date": date(2025, 12, 9), "amount": 99.0},
+    ...                                 {"id": 7, "event_date": date(2025, 12, 12)}], schema=ns.schema)
+    >>> details = merge(ns, changes, on=["id"], when_matched="ignore").details
+    >>> details["rows_matched"], details["rows_updated"], details["rows_inserted"]
+    (1, 0, 1)
     """
     from lancepart.evolution.schema_evolution import with_legacy_ids
 
@@ -744,7 +756,14 @@ def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str |
     ``written``: the input is already written and checked (the Spark data source's tasks);
     ``data`` is then None.
 
-    >>> # replace_where(ns, day_rows, "event_date = DATE '2025-12-10'").details["rows_deleted"]
+    >>> day_rows = pa.Table.from_pylist([{"id": 10, "event_date": date(2025, 12, 10), "country": "US"}],
+    ...                                 schema=ns.schema)
+    >>> result = replace_where(ns, day_rows, "event_date = DATE '2025-12-10'")
+    >>> result.details["rows_deleted"], result.rows_written
+    (2, 1)
+    >>> replace_where(ns, day_rows, "event_date = DATE '2025-12-11'")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.RowsOutsideFilterError: replace-where: 1 of 1 input row(s) do not match where=...
     """
     from lancepart.read.manifest_query import entire_tables, prune
     from lancepart.storage.error_mapping import table_errors

@@ -51,7 +51,11 @@ def append_fragments(manifest: Manifest, object_id: str, location: str, rows: pa
     is met again on the next attempt; after ``max_attempts``, a :class:`SchemaChangedError`
     (retryable: nothing was committed).
 
-    >>> # append_fragments(manifest, oid, "3f9a0c1e_v1$...$dataset", rows, ns.schema, published=4)
+    >>> p = ns.partitions()[0]
+    >>> rows = pa.Table.from_pylist([{"id": 7, "event_date": p.values["event_date"]}], schema=ns.schema)
+    >>> frags = append_fragments(ns.manifest, p.object_id, p.location, rows, ns.schema, published=p.read_version)
+    >>> [f.physical_rows for f in frags]                    # written, not committed
+    [1]
     """
     from lancepart.storage.manifest import join_uri
 
