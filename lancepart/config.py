@@ -382,36 +382,8 @@ class JobConfig:
         with the config's own ``logical_date`` (:func:`render_batch_id`)."""
         data = _mapping(data, "a job config")
         _check_keys(data, "")
-        ns = data.get("namespace")
-        if not isinstance(ns, Mapping) or not ns.get("root"):
-            raise ConfigError("namespace.root is required")
-        _check_keys(ns, "namespace")
-        _typed(ns["root"], str, "namespace.root", "a path or URI string")
-        storage = {**(storage_options_from_env() if storage_env else {}), **(storage_defaults or {}),
-                   **{str(k): _storage_value(str(k), v) for k, v in _mapping(ns.get("storage"), "namespace.storage")
-                      .items()}}
-        register_secrets(storage)  # no message of this process shows them
-        if ns.get("spec") is not None:
-            spec_data = _mapping(ns["spec"], "namespace.spec")
-            _check_keys(spec_data, "namespace.spec")
-            for i, f in enumerate(spec_data.get("fields") or []):
-                if isinstance(f, Mapping):
-                    _check_keys(f, "namespace.spec.fields[]", f"namespace.spec.fields[{i}]")
-        try:
-            spec = PartitionSpec.from_json(ns["spec"]) if ns.get("spec") is not None else None
-        except InvalidSpecError as e:
-            raise ConfigError(f"namespace.spec: {e}") from None
-        schema = _schema_from_config(ns["schema"]) if ns.get("schema") is not None else None
-        src = dict(_mapping(data.get("source"), "source"))
-        _check_keys(src, "source")
-        if src.get("kind", "generate") not in ("generate", "parquet", "csv", "json"):
-            raise ConfigError(f"source.kind must be generate, parquet, csv or json, got {src.get('kind')!r}")
-        if src.get("path") is not None:
-            _typed(src["path"], str, "source.path", "a path string")
-        for key in ("rows", "seed"):
-            if src.get(key) is not None:
-                _typed(src[key], int, f"source.{key}", "an integer")
-        _mapping(src.get("options"), "source.options")
+        ns, storage, spec, schema = _namespace_section(data.get("namespace"), storage_defaults, storage_env)
+        src = _source_section(data.get("source"))
         mode = data.get("mode", "append")
         if mode not in ("append", "overwrite"):
             raise ConfigError(f"mode must be 'append' or 'overwrite', got {mode!r}")
@@ -419,11 +391,7 @@ class JobConfig:
         _typed(expectations, list, "expectations", "a list of expectations")
         for i, item in enumerate(expectations):
             _mapping(item, f"expectations[{i}]")  # their keys are checked by lancepart.ops.quality
-        spark = dict(_mapping(data.get("spark"), "spark"))
-        _check_keys(spark, "spark")
-        if spark.get("app_name") is not None:
-            _typed(spark["app_name"], str, "spark.app_name", "a string")
-        _mapping(spark.get("conf"), "spark.conf")
+        spark = _spark_section(data.get("spark"))
         own_date = logical_date_value(data.get("logical_date"))
         date = logical_date_value(logical_date, "the run's logical date") or own_date
         batch_id = render_batch_id(batch_id_value(data.get("batch_id")), date)
@@ -443,6 +411,58 @@ class JobConfig:
             index_on_write=_index_on_write(data.get("index")),
             logical_date=date,
         )
+
+
+def _namespace_section(ns: Any, storage_defaults: Mapping[str, str] | None, storage_env: bool
+                       ) -> tuple[Mapping[str, Any], dict[str, str], PartitionSpec | None, pa.Schema | None]:
+    """The ``namespace:`` section checked: ``(section, storage options, spec, schema)``; the storage
+    options of ``$LANCEPART_STORAGE_OPTIONS`` (unless ``storage_env`` is false), then
+    ``storage_defaults``, then ``namespace.storage``."""
+    if not isinstance(ns, Mapping) or not ns.get("root"):
+        raise ConfigError("namespace.root is required")
+    _check_keys(ns, "namespace")
+    _typed(ns["root"], str, "namespace.root", "a path or URI string")
+    storage = {**(storage_options_from_env() if storage_env else {}), **(storage_defaults or {}),
+               **{str(k): _storage_value(str(k), v) for k, v in _mapping(ns.get("storage"), "namespace.storage")
+                  .items()}}
+    register_secrets(storage)  # no message of this process shows them
+    if ns.get("spec") is not None:
+        spec_data = _mapping(ns["spec"], "namespace.spec")
+        _check_keys(spec_data, "namespace.spec")
+        for i, f in enumerate(spec_data.get("fields") or []):
+            if isinstance(f, Mapping):
+                _check_keys(f, "namespace.spec.fields[]", f"namespace.spec.fields[{i}]")
+    try:
+        spec = PartitionSpec.from_json(ns["spec"]) if ns.get("spec") is not None else None
+    except InvalidSpecError as e:
+        raise ConfigError(f"namespace.spec: {e}") from None
+    schema = _schema_from_config(ns["schema"]) if ns.get("schema") is not None else None
+    return ns, storage, spec, schema
+
+
+def _source_section(data: Any) -> dict[str, Any]:
+    """The ``source:`` section checked, as a dict."""
+    src = dict(_mapping(data, "source"))
+    _check_keys(src, "source")
+    if src.get("kind", "generate") not in ("generate", "parquet", "csv", "json"):
+        raise ConfigError(f"source.kind must be generate, parquet, csv or json, got {src.get('kind')!r}")
+    if src.get("path") is not None:
+        _typed(src["path"], str, "source.path", "a path string")
+    for key in ("rows", "seed"):
+        if src.get(key) is not None:
+            _typed(src[key], int, f"source.{key}", "an integer")
+    _mapping(src.get("options"), "source.options")
+    return src
+
+
+def _spark_section(data: Any) -> dict[str, Any]:
+    """The ``spark:`` section checked, as a dict."""
+    spark = dict(_mapping(data, "spark"))
+    _check_keys(spark, "spark")
+    if spark.get("app_name") is not None:
+        _typed(spark["app_name"], str, "spark.app_name", "a string")
+    _mapping(spark.get("conf"), "spark.conf")
+    return spark
 
 
 def _index_on_write(data: Any) -> bool:

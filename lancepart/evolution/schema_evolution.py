@@ -94,8 +94,38 @@ def apply_change(schema: pa.Schema, metadata: Mapping[str, str], add: Sequence[p
                  drop: Sequence[str], widen: Mapping[str, pa.DataType]) -> tuple[pa.Schema, int]:
     """The schema after the change and the new highest field id; a typed error naming the column
     for a change the rules refuse. Names in ``rename``/``drop``/``widen`` are current names;
-    names in ``add`` must be free once the drops and renames are done."""
-    names = schema.names
+    names in ``add`` must be free once the drops and renames are done.
+
+    1. the names ``rename``, ``drop`` and ``widen`` use are columns, none dropped twice or both
+       dropped and changed;
+    2. each column kept, widened and renamed (:func:`_changed_field`);
+    3. the added columns checked (:func:`_check_added`) and given fresh field ids;
+    4. the new schema checked whole."""
+    _check_changed_names(schema.names, rename, drop, widen)
+    fields = {f.name: f for f in schema}
+    out = [_changed_field(f, rename, widen) for f in schema if f.name not in drop]
+    taken = [f.name for f in out]
+    if dup := sorted({n for n in taken if taken.count(n) > 1}):
+        raise InvalidArgumentError(f"update_schema rename: name(s) {dup} would be used by two columns")
+    top = max_field_id(schema, metadata)
+    added = _check_added(add, taken)
+    if added:
+        fresh = assign_field_ids(pa.schema(added), next_id=top + 1)
+        added = list(fresh)
+        top = max([top, *(field_id_of(g) for _, g in _walk(added))])
+    if not out and not added:
+        raise InvalidArgumentError("update_schema drop: the namespace schema would have no column left")
+    new = pa.schema(out + added, metadata=schema.metadata)
+    schema_to_json(new)  # duplicate names
+    assign_field_ids(new)  # duplicate ids
+    if new_names := [n for n in rename.values() if n in fields and n not in drop]:
+        # also a swap or a chain (a -> b, b -> c): do it in two calls
+        raise InvalidArgumentError(f"update_schema rename: name(s) {new_names} are already in use")
+    return new, top
+
+
+def _check_changed_names(names: list[str], rename: Mapping[str, str], drop: Sequence[str],
+                         widen: Mapping[str, pa.DataType]) -> None:
     for what, cols in (("rename", list(rename)), ("drop", list(drop)), ("widen", list(widen))):
         unknown = [c for c in cols if c not in names]
         if unknown:
@@ -106,32 +136,33 @@ def apply_change(schema: pa.Schema, metadata: Mapping[str, str], add: Sequence[p
     both = sorted(set(drop) & (set(rename) | set(widen)))
     if both:
         raise InvalidArgumentError(f"update_schema: column(s) {both} are both dropped and renamed/widened")
-    fields = {f.name: f for f in schema}
-    out: list[pa.Field] = []
-    for f in schema:
-        if f.name in drop:
-            continue
-        if f.name in widen:
-            new_type = widen[f.name]
-            if not isinstance(new_type, pa.DataType):
-                raise InvalidArgumentError(f"update_schema widen: column {f.name!r}: {new_type!r} is not a "
-                                           f"pyarrow DataType")
-            if not _widening(f.type, new_type):
-                raise SchemaMismatchError(
-                    f"update_schema widen: column {f.name!r} is {f.type}; {new_type} is not a lossless widening "
-                    f"(allowed: wider integers, float16/32 -> float64, decimal(p,s) -> decimal(p'>=p,s), "
-                    f"string -> large_string, binary -> large_binary)")
-            f = pa.field(f.name, new_type, f.nullable, f.metadata)
-        if f.name in rename:
-            target = rename[f.name]
-            if not isinstance(target, str) or not target or target == f.name:
-                raise InvalidArgumentError(f"update_schema rename: column {f.name!r} -> {target!r} is not a new name")
-            f = f.with_name(target)
-        out.append(f)
-    taken = [f.name for f in out]
-    if dup := sorted({n for n in taken if taken.count(n) > 1}):
-        raise InvalidArgumentError(f"update_schema rename: name(s) {dup} would be used by two columns")
-    top = max_field_id(schema, metadata)
+
+
+def _changed_field(f: pa.Field, rename: Mapping[str, str], widen: Mapping[str, pa.DataType]) -> pa.Field:
+    """Column ``f`` widened and renamed as asked (its metadata, and so its field id, kept)."""
+    if f.name in widen:
+        new_type = widen[f.name]
+        if not isinstance(new_type, pa.DataType):
+            raise InvalidArgumentError(f"update_schema widen: column {f.name!r}: {new_type!r} is not a "
+                                       f"pyarrow DataType")
+        if not _widening(f.type, new_type):
+            raise SchemaMismatchError(
+                f"update_schema widen: column {f.name!r} is {f.type}; {new_type} is not a lossless widening "
+                f"(allowed: wider integers, float16/32 -> float64, decimal(p,s) -> decimal(p'>=p,s), "
+                f"string -> large_string, binary -> large_binary)")
+        f = pa.field(f.name, new_type, f.nullable, f.metadata)
+    if f.name in rename:
+        target = rename[f.name]
+        if not isinstance(target, str) or not target or target == f.name:
+            raise InvalidArgumentError(f"update_schema rename: column {f.name!r} -> {target!r} is not a new name")
+        f = f.with_name(target)
+    return f
+
+
+def _check_added(add: Sequence[pa.Field], taken: list[str]) -> list[pa.Field]:
+    """The columns to add, each a nullable pyarrow Field without a field id whose name is not in
+    ``taken`` (the kept columns' names after the renames) nor used by another added one."""
+    taken = list(taken)
     added: list[pa.Field] = []
     for f in add:
         if not isinstance(f, pa.Field):
@@ -146,19 +177,7 @@ def apply_change(schema: pa.Schema, metadata: Mapping[str, str], add: Sequence[p
                                        f"fresh ones")
         taken.append(f.name)
         added.append(f)
-    if added:
-        fresh = assign_field_ids(pa.schema(added), next_id=top + 1)
-        added = list(fresh)
-        top = max([top, *(field_id_of(g) for _, g in _walk(added))])
-    if not out and not added:
-        raise InvalidArgumentError("update_schema drop: the namespace schema would have no column left")
-    new = pa.schema(out + added, metadata=schema.metadata)
-    schema_to_json(new)  # duplicate names
-    assign_field_ids(new)  # duplicate ids
-    if new_names := [n for n in rename.values() if n in fields and n not in drop]:
-        # also a swap or a chain (a -> b, b -> c): do it in two calls
-        raise InvalidArgumentError(f"update_schema rename: name(s) {new_names} are already in use")
-    return new, top
+    return added
 
 
 def _check_specs(schema: pa.Schema, metadata: Mapping[str, str]) -> None:

@@ -780,6 +780,12 @@ def cleanup(
     examined or removed is named in :attr:`CleanupStats.skipped` (why: in
     :attr:`CleanupStats.errors`); the rest goes on.
 
+    1. check ``older_than`` against the retention floor (:func:`_check_retention`);
+    2. read what every retained ``__manifest`` version pins (:meth:`_Run.plan_manifest`);
+    3. remove ``__manifest``'s old versions and files first, then each partition table's, on
+       ``max_workers`` threads, then unreferenced table directories (:func:`_clean`);
+    4. the stats, logged.
+
     >>> cleanup(ns.root, timedelta(minutes=5))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     lancepart.errors.UnsafeRetentionError: cleanup of ... with older_than=0:05:00 is below the retention floor ...
@@ -795,30 +801,11 @@ def cleanup(
     root_s = normalize_root(root)
     ensure_intact(root_s, storage_options)  # a stripped __manifest: refuse (lancepart.ops.repair)
     floor = retention_floor(Manifest(root_s, storage_options).dataset().metadata)
-    if older_than < floor:
-        if not allow_short_retention:
-            raise UnsafeRetentionError(
-                f"cleanup of {root_s} with older_than={older_than} is below the retention floor {floor} of this "
-                f"namespace (at least {DEFAULT_RETENTION_FLOOR}; raised by the __manifest metadata key "
-                f"{RETENTION_FLOOR_KEY!r}): files and versions of running write jobs would be removed. Use a "
-                f"retention of at least {floor}, or pass allow_short_retention=True (CLI --allow-short-retention) "
-                f"only when no job writes to the namespace")
-        if not dry_run:
-            log.warning("cleanup of %s with older_than=%s below the retention floor %s (allow_short_retention): "
-                        "write jobs running longer than that can fail (see lancepart.maintenance.cleanup)",
-                        root_s, older_than, floor)
+    _check_retention(root_s, older_than, floor, allow_short_retention=allow_short_retention, dry_run=dry_run)
     started = time.monotonic()
     run = _Run(root_s, older_than, floor, dry_run, storage_options)
     run.plan_manifest()
-    total = _Tally()
-    prepare_for_cleanup(run.manifest, dry_run=dry_run)  # batch ids of the versions about to go: into the index
-    # __manifest first: a cleanup that dies half way then leaves table versions no snapshot
-    # needs (the next run takes them), never a retained snapshot whose table versions are gone
-    total.add(run.clean_manifest())
-    for t in map_threads(run.clean_table, sorted(run.pins), max_workers=max_workers):
-        total.add(t)
-    total.add(run.collect_directories())
-    total.add(run.notes)
+    total = _clean(run, dry_run=dry_run, max_workers=max_workers)
     stats = CleanupStats(
         versions_removed=total.versions, files_removed=total.files, bytes_removed=total.bytes,
         tables_scanned=total.tables, dry_run=dry_run, manifest_versions_removed=total.manifest_versions,
@@ -832,3 +819,37 @@ def cleanup(
              stats.bytes_removed, stats.tables_scanned, stats.orphan_dirs_removed,
              f"; {len(stats.skipped)} skipped" if stats.skipped else "")
     return stats
+
+
+def _clean(run: _Run, *, dry_run: bool, max_workers: int) -> _Tally:
+    """Remove what ``run`` planned: ``__manifest`` first, then the partition tables on
+    ``max_workers`` threads, then unreferenced table directories; everything tallied."""
+    total = _Tally()
+    prepare_for_cleanup(run.manifest, dry_run=dry_run)  # batch ids of the versions about to go: into the index
+    # __manifest first: a cleanup that dies half way then leaves table versions no snapshot
+    # needs (the next run takes them), never a retained snapshot whose table versions are gone
+    total.add(run.clean_manifest())
+    for t in map_threads(run.clean_table, sorted(run.pins), max_workers=max_workers):
+        total.add(t)
+    total.add(run.collect_directories())
+    total.add(run.notes)
+    return total
+
+
+def _check_retention(root: str, older_than: timedelta, floor: timedelta, *, allow_short_retention: bool,
+                     dry_run: bool) -> None:
+    """``older_than`` below ``floor`` raises :class:`UnsafeRetentionError`, or, with
+    ``allow_short_retention``, is logged as a warning (not for a dry run)."""
+    if older_than >= floor:
+        return
+    if not allow_short_retention:
+        raise UnsafeRetentionError(
+            f"cleanup of {root} with older_than={older_than} is below the retention floor {floor} of this "
+            f"namespace (at least {DEFAULT_RETENTION_FLOOR}; raised by the __manifest metadata key "
+            f"{RETENTION_FLOOR_KEY!r}): files and versions of running write jobs would be removed. Use a "
+            f"retention of at least {floor}, or pass allow_short_retention=True (CLI --allow-short-retention) "
+            f"only when no job writes to the namespace")
+    if not dry_run:
+        log.warning("cleanup of %s with older_than=%s below the retention floor %s (allow_short_retention): "
+                    "write jobs running longer than that can fail (see lancepart.maintenance.cleanup)",
+                    root, older_than, floor)

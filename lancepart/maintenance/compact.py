@@ -336,15 +336,40 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         raise ValueError("one TableRewrite per partition table expected")
     if not todo:
         return Published(manifest.snapshot(), False, {}, {}, set(), 0)
-    rebased: set[str] = set()
-    decls: list[IndexDeclaration] = []
-    namespace_md: dict[str, str] = {}
-    prepared: PreparedCache = {}  # the compacted tables' index builds, committed again on a rebase
+    op = _CompactionPublish(manifest, todo)
+    pub = publish_changes(manifest, op.plan, what="compaction publish", unpublishable="leave_out",
+                          max_retries=max_retries)
+    tables = {oid: (m.version, m.info) for oid, m in pub.made.items()}
+    return Published(pub.snapshot, pub.committed, tables,
+                     {o: r for o, r in pub.left_out.items() if o not in pub.failures}, op.rebased & set(tables),
+                     pub.retries, dict(pub.failures))
 
-    def change(rw: TableRewrite) -> TableChange:
+
+class _CompactionPublish:
+    """The table changes of :func:`publish_compaction` and what its attempts share: the tables
+    rebased, the declared indexes and ``__manifest`` metadata of the snapshot being published,
+    and the compacted tables' index builds (committed again on a rebase)."""
+
+    def __init__(self, manifest: Manifest, todo: Sequence[TableRewrite]) -> None:
+        self.manifest = manifest
+        self.rebased: set[str] = set()
+        self.decls: list[IndexDeclaration] = []
+        self.namespace_md: dict[str, str] = {}
+        self.prepared: PreparedCache = {}  # the compacted tables' index builds, committed again on a rebase
+        self.changes = [self._change(r) for r in todo]
+
+    def plan(self, snap: ManifestSnapshot) -> list[TableChange]:
+        self.decls[:] = declarations(snap.metadata)
+        self.namespace_md.clear()
+        self.namespace_md.update(snap.metadata)
+        return self.changes
+
+    def _change(self, rw: TableRewrite) -> TableChange:
+        manifest = self.manifest
+
         def commit(published: int | None, location: str) -> Made:
             try:
-                return compact_on(rw, published, location)
+                return self._compact_on(rw, published, location)
             except (faults.InjectedFault, CommitConflictError, LeaveOut):
                 raise
             except (OSError, ValueError) as e:  # this table's storage or files: leave it out, publish the others
@@ -352,11 +377,14 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
 
         return TableChange(rw.object_id, rw.location, list(rw.added), rw.rows, commit=commit)
 
-    def compact_on(rw: TableRewrite, published: int | None, location: str) -> Made:
+    def _compact_on(self, rw: TableRewrite, published: int | None, location: str) -> Made:
+        """Commit the rewrite on the table's published version (rebased onto it if a writer published
+        since the plan), then its declared indexes on the compacted version."""
+        manifest = self.manifest
         base = rw.before
         uri = join_uri(manifest.root, location)
         if published != rw.read_version:  # a writer published since the plan: rebase onto its version
-            rebased.add(rw.object_id)
+            self.rebased.add(rw.object_id)
             ds = open_table(uri, version=published, storage_options=manifest.storage_options)
             base = FragmentStats.of([f.metadata for f in ds.get_fragments()])
         try:
@@ -365,36 +393,27 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         except FragmentsGoneError:
             raise LeaveOut(f"read_version moved from {rw.read_version} to {published} and the rewritten fragments "
                            f"are no longer in it (overwritten or compacted by someone else)") from None
-        if decls:  # the index on the compacted version: never one naming the rewritten fragments
-            keep_fragment_ids(rw, open_table(uri, version=version, storage_options=manifest.storage_options))
-            try:
-                version = apply_on_exact(uri, version, Maintain(decls, storage_options=manifest.storage_options,
-                                                                column_of=columns_of(namespace_md)),
-                                         manifest.storage_options, f"partition table {location} (index)",
-                                         prepared=prepared)
-            except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
-                compacted = open_table(uri, version=version, storage_options=manifest.storage_options)
-                if any(index_state(compacted, d) == "stale" for d in decls):  # it would name rewritten fragments
-                    raise LeaveOut(f"its declared indexes could not be rebuilt on the compacted version "
-                                   f"({type(e).__name__}: {e}); left uncompacted", failure=True) from e
-                log.warning("partition table %s: declared indexes not updated on compacted version %d (%s: %s)",
-                            rw.object_id, version, type(e).__name__, e)
+        if self.decls:  # the index on the compacted version: never one naming the rewritten fragments
+            version = self._index(rw, uri, location, version)
         return Made(rw.object_id, published, version, info=base)
 
-    changes = [change(r) for r in todo]
-
-    def plan(snap: ManifestSnapshot) -> list[TableChange]:
-        decls[:] = declarations(snap.metadata)
-        namespace_md.clear()
-        namespace_md.update(snap.metadata)
-        return changes
-
-    pub = publish_changes(manifest, plan, what="compaction publish", unpublishable="leave_out",
-                          max_retries=max_retries)
-    tables = {oid: (m.version, m.info) for oid, m in pub.made.items()}
-    return Published(pub.snapshot, pub.committed, tables,
-                     {o: r for o, r in pub.left_out.items() if o not in pub.failures}, rebased & set(tables),
-                     pub.retries, dict(pub.failures))
+    def _index(self, rw: TableRewrite, uri: str, location: str, version: int) -> int:
+        """The declared indexes on the compacted ``version``; the version that has them. A failure
+        leaves the table out when its indexes would name rewritten fragments, else is logged."""
+        so = self.manifest.storage_options
+        keep_fragment_ids(rw, open_table(uri, version=version, storage_options=so))
+        try:
+            version = apply_on_exact(uri, version, Maintain(self.decls, storage_options=so,
+                                                            column_of=columns_of(self.namespace_md)),
+                                     so, f"partition table {location} (index)", prepared=self.prepared)
+        except (OSError, ValueError, RuntimeError, CommitConflictError) as e:
+            compacted = open_table(uri, version=version, storage_options=so)
+            if any(index_state(compacted, d) == "stale" for d in self.decls):  # it would name rewritten fragments
+                raise LeaveOut(f"its declared indexes could not be rebuilt on the compacted version "
+                               f"({type(e).__name__}: {e}); left uncompacted", failure=True) from e
+            log.warning("partition table %s: declared indexes not updated on compacted version %d (%s: %s)",
+                        rw.object_id, version, type(e).__name__, e)
+        return version
 
 
 # --------------------------------------------------------------------------- __manifest itself
@@ -443,47 +462,26 @@ def finish_compaction(
 ) -> CommitResult:
     """Phase 3 and the ``__manifest`` maintenance; the :class:`CommitResult` of the compaction.
     ``failures`` (object_id -> message) are tables whose rewrite failed; with those the plan and
-    the publish could not handle, they are the result's ``failures``."""
+    the publish could not handle, they are the result's ``failures``.
+
+    1. publish the rewritten tables (:func:`publish_compaction`);
+    2. count what the compaction changed (:func:`_compaction_details`);
+    3. bring the declared indexes up to date, if any are declared;
+    4. compact ``__manifest`` (:func:`compact_manifest`), unless ``compact_manifest_table`` is False;
+    5. the result, logged with every table left out."""
     t = time.monotonic()
     pub = publish_compaction(manifest, rewrites, max_retries=max_retries)
     phases["publish_s"] = round(time.monotonic() - t, 3)
-    before = plan.examined
     rewritten = {r.object_id: r for r in rewrites}
-    # the published tables after: their (possibly rebased) base minus what was rewritten plus the new fragments
-    fragments_after, bytes_after = before.fragments, before.bytes
-    for oid, (_, base) in pub.tables.items():
-        rw = rewritten[oid]
-        removed, added = FragmentStats.of(rw.removed), FragmentStats.of(rw.added)
-        fragments_after += base.fragments - rw.before.fragments - removed.fragments + added.fragments
-        bytes_after += base.bytes - rw.before.bytes - removed.bytes + added.bytes
-    details: dict[str, Any] = {
-        "tables_examined": plan.tables_examined,
-        "tables_already_compact": plan.tables_already_compact,
-        "tables_planned": len(plan.tables),
-        "tables_skipped": plan.tables_skipped,
-        "tables_dropped_on_conflict": [{"object_id": o, "reason": r} for o, r in sorted(pub.dropped.items())],
-        "tables_rebased": len(pub.rebased),
-        "fragments_before": before.fragments,
-        "fragments_after": fragments_after,
-        "bytes_before": before.bytes,
-        "bytes_after": bytes_after,
-        "deleted_rows_materialized": sum(FragmentStats.of(rewritten[o].removed).deleted_rows for o in pub.tables),
-        "published_version": pub.snapshot.version if pub.committed else None,
-        "target_rows_per_fragment": plan.target_rows_per_fragment,
-    }
+    details = _compaction_details(plan, pub, rewritten)
     version = pub.snapshot.version
     index_failures: dict[str, str] = {}
-    if declarations(pub.snapshot.metadata):
-        from lancepart.maintenance.indexes import maintain_all
-
-        t = time.monotonic()
-        indexed = maintain_all(manifest, max_retries=max_retries)
-        phases["index_s"] = round(time.monotonic() - t, 3)
-        if indexed is not None:
-            details["index_maintenance"] = {"tables_changed": indexed.details["tables_changed"],
-                                            "published_version": indexed.manifest_version}
-            version = indexed.manifest_version
-            index_failures = indexed.failures  # a table compaction could not read either, as a rule
+    indexed = _maintain_indexes(manifest, max_retries, phases) if declarations(pub.snapshot.metadata) else None
+    if indexed is not None:
+        details["index_maintenance"] = {"tables_changed": indexed.details["tables_changed"],
+                                        "published_version": indexed.manifest_version}
+        version = indexed.manifest_version
+        index_failures = indexed.failures  # a table compaction could not read either, as a rule
     if compact_manifest_table:
         t = time.monotonic()
         details["manifest"] = compact_manifest(manifest, plan.target_rows_per_fragment)
@@ -503,6 +501,45 @@ def finish_compaction(
         log.warning("compaction skipped %s: %s", oid, why)
     log.info("compacted %s", json.dumps(result.to_dict(), default=str))
     return result
+
+
+def _compaction_details(plan: CompactionPlan, pub: Published, rewritten: Mapping[str, TableRewrite]) -> dict[str, Any]:
+    """The result's details: the tables planned, left out and rebased, and the fragments and bytes
+    of the examined tables before and after."""
+    before = plan.examined
+    # the published tables after: their (possibly rebased) base minus what was rewritten plus the new fragments
+    fragments_after, bytes_after = before.fragments, before.bytes
+    for oid, (_, base) in pub.tables.items():
+        rw = rewritten[oid]
+        removed, added = FragmentStats.of(rw.removed), FragmentStats.of(rw.added)
+        fragments_after += base.fragments - rw.before.fragments - removed.fragments + added.fragments
+        bytes_after += base.bytes - rw.before.bytes - removed.bytes + added.bytes
+    return {
+        "tables_examined": plan.tables_examined,
+        "tables_already_compact": plan.tables_already_compact,
+        "tables_planned": len(plan.tables),
+        "tables_skipped": plan.tables_skipped,
+        "tables_dropped_on_conflict": [{"object_id": o, "reason": r} for o, r in sorted(pub.dropped.items())],
+        "tables_rebased": len(pub.rebased),
+        "fragments_before": before.fragments,
+        "fragments_after": fragments_after,
+        "bytes_before": before.bytes,
+        "bytes_after": bytes_after,
+        "deleted_rows_materialized": sum(FragmentStats.of(rewritten[o].removed).deleted_rows for o in pub.tables),
+        "published_version": pub.snapshot.version if pub.committed else None,
+        "target_rows_per_fragment": plan.target_rows_per_fragment,
+    }
+
+
+def _maintain_indexes(manifest: Manifest, max_retries: int, phases: dict[str, Any]) -> CommitResult | None:
+    """The declared indexes of every table brought up to date after the publish
+    (:func:`~lancepart.maintenance.indexes.maintain_all`); its seconds into ``phases``."""
+    from lancepart.maintenance.indexes import maintain_all
+
+    t = time.monotonic()
+    indexed = maintain_all(manifest, max_retries=max_retries)
+    phases["index_s"] = round(time.monotonic() - t, 3)
+    return indexed
 
 
 def upgrade_outdated(ns: NamespaceHandle, filter: str | None = None) -> tuple[int, dict[str, str]]:

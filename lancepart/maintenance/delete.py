@@ -57,84 +57,108 @@ def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
     ``apply_tables`` runs the per-table deletes elsewhere (``lancepart.spark.delete``: on the
     executors); the ``__manifest`` commit and its rebase stay here.
 
+    1. check the filter and refresh the handle;
+    2. on each snapshot the publish works on: prune the tables not seen yet, refuse a kept table
+       pinned to a branch or tag, one :class:`TableChange` per kept table (:meth:`_Delete.plan`);
+    3. publish: each kept table's matching rows get deletion files (:func:`delete_in_table`, or
+       ``apply_tables``), then ONE ``__manifest`` commit;
+    4. the result, logged.
+
     >>> result = delete(ns, "amount < 10")
     >>> result.details["rows_deleted"], result.partitions_touched
     (2, 2)
     """
-    from lancepart.model.ids import partition_spec_id
-    from lancepart.read.manifest_query import prune
-
     if not isinstance(filter, str) or not filter.strip():
         raise InvalidFilterError("delete needs a filter (a SQL boolean expression over the namespace's columns); "
                                  "to delete every row say so: filter='TRUE'")
     started = time.monotonic()
     ns.refresh()  # a stale handle must not miss partitions of a spec version evolved since it was opened
-    from lancepart.evolution.schema_evolution import with_legacy_ids
-
-    # the legacy ids place the columns of tables written before the first schema change
-    manifest, schema, specs = ns.manifest, with_legacy_ids(ns.schema, ns.snapshot().metadata), ns.specs
-    scan: dict[str, Any] = {}  # the scan filter of the snapshot being published
-    whole: dict[str, bool] = {}  # object_id -> every row of the table matches
-    evaluated: dict[str, Any] = {}  # per table, what the last attempt found: a rebase reads only what changed
-
-    def change(oid: str) -> TableChange:
-        def commit(published: int | None, location: str) -> Made:
-            d = delete_in_table(manifest.root, oid, location, published, schema, filter, scan["filter"],
-                                manifest.storage_options, whole=whole[oid], cache=evaluated)
-            return Made(oid, published, d.version, info=d)
-
-        return TableChange(oid, commit=commit)
-
-    decided: dict[str, tuple[bool, bool]] = {}  # object_id -> (the pruner keeps it, every row matches)
-
-    def plan(snap: ManifestSnapshot) -> list[TableChange]:
-        # a table's partition values never change: what the pruner decided for it holds on every
-        # later snapshot, so a rebase prunes only the tables that appeared since (cheap rebases)
-        pins = snap.table_pins()
-        oids = pins.column("object_id").to_pylist()
-        new = [i for i, o in enumerate(oids) if o not in decided]
-        if new or "filter" not in scan:
-            fresh = pins.take(pa.array(new, pa.int64()))
-            try:
-                pruned = prune(filter, schema, specs, fresh)
-            except InvalidArgumentError as e:
-                raise InvalidFilterError(str(e)) from None
-            kept = set(pruned.kept.column("object_id").to_pylist())
-            entire = entire_tables(filter, schema, specs, fresh) if kept else set()
-            decided.update({oids[i]: (oids[i] in kept, oids[i] in entire) for i in new})
-            scan.setdefault("filter", pruned.scan_filter)
-        cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
-        rows = [r for r in pins.select(cols).to_pylist()
-                if decided[r["object_id"]][0] and partition_spec_id(r["object_id"]) is not None]
-        for r in rows:
-            if r["read_branch"] is not None or r["read_tag"] is not None:
-                raise PartitionPinnedError(
-                    f"partition table {r['object_id']} may hold rows matching {filter!r} but is pinned to "
-                    f"branch={r['read_branch']!r} tag={r['read_tag']!r}; lancepart deletes on main only; unpin it "
-                    f"first or narrow the filter; nothing was published")
-            whole[r["object_id"]] = decided[r["object_id"]][1]
-        return [change(r["object_id"]) for r in rows]
-
-    def run(snapshot_version: int, works: Sequence[TableWork]) -> list[Made]:
-        todo = [(w.change.object_id, w.location, w.published, whole[w.change.object_id]) for w in works]
-        return [Made(d.object_id, d.base, d.version, info=d) for d in apply_tables(snapshot_version, todo,
-                                                                                   scan["filter"])]
-
+    op = _Delete(ns, filter, apply_tables)
     pub = publish_changes(
-        manifest, plan, what="delete", run=run if apply_tables is not None else None, max_retries=max_retries,
+        op.manifest, op.plan, what="delete", run=op.run if apply_tables is not None else None,
+        max_retries=max_retries,
         properties_of=lambda made: {ROWS_REMOVED_PROPERTY: str(sum(m.info.rows for m in made)),
                                     PARTITIONS_PROPERTY: str(len(made))})
-    snap = pub.snapshot
     applied = [m.info for _, m in sorted(pub.made.items())]
-    retries = pub.retries
     rows_deleted = sum(d.rows for d in applied)
     result = CommitResult(
-        manifest_version=snap.version, rows_written=0, partitions_touched=len(applied), retries=retries,
+        manifest_version=pub.snapshot.version, rows_written=0, partitions_touched=len(applied), retries=pub.retries,
         seconds=round(time.monotonic() - started, 3),
         details={"rows_deleted": rows_deleted, "filter": filter,
                  "tables": [{"object_id": d.object_id, "from_version": d.base, "read_version": d.version,
                              "rows_deleted": d.rows} for d in applied], **(phases or {})},
     )
     log.info("deleted %d rows from %d partitions of %s where %s (manifest version %d)", rows_deleted, len(applied),
-             ns.root, filter, snap.version)
+             ns.root, filter, pub.snapshot.version)
     return result
+
+
+class _Delete:
+    """What one delete decided, kept across the attempts of its publish: per table whether the
+    pruner keeps it and whether every row matches (a table's partition values never change), the
+    scan filter, and what each table's last evaluation found (a rebase reads only what changed)."""
+
+    def __init__(self, ns: NamespaceHandle, filter: str, apply_tables: ApplyTables | None) -> None:
+        from lancepart.evolution.schema_evolution import with_legacy_ids
+
+        self.filter, self.apply_tables = filter, apply_tables
+        # the legacy ids place the columns of tables written before the first schema change
+        self.manifest, self.specs = ns.manifest, ns.specs
+        self.schema = with_legacy_ids(ns.schema, ns.snapshot().metadata)
+        self.scan: dict[str, Any] = {}  # the scan filter of the snapshot being published
+        self.whole: dict[str, bool] = {}  # object_id -> every row of the table matches
+        self.evaluated: dict[str, Any] = {}  # per table, what the last attempt found: a rebase reads only what changed
+        self.decided: dict[str, tuple[bool, bool]] = {}  # object_id -> (the pruner keeps it, every row matches)
+
+    def plan(self, snap: ManifestSnapshot) -> list[TableChange]:
+        """One change per table of ``snap`` that may hold matching rows."""
+        from lancepart.model.ids import partition_spec_id
+
+        pins = snap.table_pins()
+        self._decide(pins)
+        cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
+        rows = [r for r in pins.select(cols).to_pylist()
+                if self.decided[r["object_id"]][0] and partition_spec_id(r["object_id"]) is not None]
+        for r in rows:
+            if r["read_branch"] is not None or r["read_tag"] is not None:
+                raise PartitionPinnedError(
+                    f"partition table {r['object_id']} may hold rows matching {self.filter!r} but is pinned to "
+                    f"branch={r['read_branch']!r} tag={r['read_tag']!r}; lancepart deletes on main only; unpin it "
+                    f"first or narrow the filter; nothing was published")
+            self.whole[r["object_id"]] = self.decided[r["object_id"]][1]
+        return [self._change(r["object_id"]) for r in rows]
+
+    def _decide(self, pins: pa.Table) -> None:
+        """Prune the tables of ``pins`` not decided yet: a table's partition values never change, so
+        what the pruner decided for it holds on every later snapshot (cheap rebases)."""
+        from lancepart.read.manifest_query import prune
+
+        oids = pins.column("object_id").to_pylist()
+        new = [i for i, o in enumerate(oids) if o not in self.decided]
+        if not new and "filter" in self.scan:
+            return
+        fresh = pins.take(pa.array(new, pa.int64()))
+        try:
+            pruned = prune(self.filter, self.schema, self.specs, fresh)
+        except InvalidArgumentError as e:
+            raise InvalidFilterError(str(e)) from None
+        kept = set(pruned.kept.column("object_id").to_pylist())
+        entire = entire_tables(self.filter, self.schema, self.specs, fresh) if kept else set()
+        self.decided.update({oids[i]: (oids[i] in kept, oids[i] in entire) for i in new})
+        self.scan.setdefault("filter", pruned.scan_filter)
+
+    def _change(self, oid: str) -> TableChange:
+        manifest = self.manifest
+
+        def commit(published: int | None, location: str) -> Made:
+            d = delete_in_table(manifest.root, oid, location, published, self.schema, self.filter, self.scan["filter"],
+                                manifest.storage_options, whole=self.whole[oid], cache=self.evaluated)
+            return Made(oid, published, d.version, info=d)
+
+        return TableChange(oid, commit=commit)
+
+    def run(self, snapshot_version: int, works: Sequence[TableWork]) -> list[Made]:
+        """The per-table deletes through ``apply_tables``."""
+        todo = [(w.change.object_id, w.location, w.published, self.whole[w.change.object_id]) for w in works]
+        return [Made(d.object_id, d.base, d.version, info=d)
+                for d in self.apply_tables(snapshot_version, todo, self.scan["filter"])]

@@ -300,7 +300,14 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
     """Check the namespace at ``root`` and report every problem found (never raises for one;
     :class:`NamespaceNotFoundError` when ``root`` holds no ``__manifest`` table at all);
     ``open_namespace(root, storage_options)`` opens it (``PartitionedNamespace.open``), after
-    ``__manifest`` itself was checked.
+    ``__manifest`` itself was checked:
+
+    1. ``__manifest`` opens, its root properties are specs and it has its columns; when it does
+       not open, the report ends there;
+    2. the namespace opens; when it does not, or a column is missing (tables cannot be told apart
+       from their pins), the report ends there;
+    3. every table is checked on the thread pool (:class:`_TableChecker`);
+    4. the report, logged.
 
     >>> def opener(root, storage_options):
     ...     return PartitionedNamespace.open(root, storage_options=storage_options)
@@ -309,14 +316,18 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
     (True, 3, 6)
     """
     started = time.monotonic()
+
+    def report(problems: Sequence[Problem], **counts: int) -> VerifyReport:
+        return VerifyReport(problems=tuple(problems), deep=deep, **counts,
+                            seconds=round(time.monotonic() - started, 3))
+
     manifest = Manifest(root, storage_options)
     try:
         raw = manifest.dataset()
     except NamespaceNotFoundError:  # no namespace there at all: a wrong root, as for every other operation
         raise
     except LancepartError as e:
-        return VerifyReport(problems=(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "namespace_unreadable", str(e)),),
-                            deep=deep, seconds=round(time.monotonic() - started, 3))
+        return report([Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "namespace_unreadable", str(e))])
     specs, problems = _specs_of(dict(raw.metadata))
     problems += check_manifest_columns(raw.schema, specs)
     try:
@@ -324,13 +335,25 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
     except (LancepartError, KeyError) as e:
         problems.append(Problem(MANIFEST_OBJECT, MANIFEST_OBJECT, "namespace_unreadable",
                                 f"the namespace cannot be opened: {type(e).__name__}: {e}"))
-        return VerifyReport(problems=tuple(problems), deep=deep, manifest_version=raw.version,
-                            seconds=round(time.monotonic() - started, 3))
+        return report(problems, manifest_version=raw.version)
     if any(p.kind == "missing_column" for p in problems):  # tables cannot be told apart from their pins
-        return VerifyReport(problems=tuple(problems), deep=deep, manifest_version=ns.manifest_version,
-                            seconds=round(time.monotonic() - started, 3))
-    schema, specs = ns.schema, ns.specs
-    tables = ns.snapshot().table_pins()  # read at open: the columns that locate and pin each table
+        return report(problems, manifest_version=ns.manifest_version)
+    results = _TableChecker(root, ns, deep, progress_every).run()
+    for r in results:
+        problems += r.problems
+    out = report(problems, manifest_version=ns.manifest_version,
+                 tables_checked=sum(not r.declared for r in results), tables_declared=sum(r.declared for r in results),
+                 files_checked=sum(r.files for r in results), rows_checked=sum(r.rows for r in results))
+    log.info("verify of %s: %s, %d tables (%d declared), %d files, %d rows read, %d problems, %.1f s", root,
+             "ok" if out.ok else "PROBLEMS", out.tables_checked, out.tables_declared, out.files_checked,
+             out.rows_checked, len(problems), out.seconds)
+    return out
+
+
+def _tables_to_check(ns: NamespaceHandle) -> list[tuple[PartitionInfo, dict[str, pa.Scalar]]]:
+    """Each table row of ``__manifest`` as read at open (the columns that locate and pin each table),
+    with its ``partition_field_*`` values."""
+    tables = ns.snapshot().table_pins()
     partitions = {p.object_id: p for p in ns._partition_infos(tables)}
     infos: list[tuple[PartitionInfo, dict[str, pa.Scalar]]] = []
     pcols = [c for c in tables.column_names if c.startswith("partition_field_")]
@@ -338,65 +361,78 @@ def verify(root: str, storage_options: Mapping[str, str] | None = None, deep: bo
     for i, row in enumerate(base):
         info = partitions.get(row["object_id"]) or PartitionInfo(spec_id=-1, values={}, **row)
         infos.append((info, {c: tables.column(c)[i] for c in pcols}))
-    decls = declarations(ns.snapshot().metadata)
-    total, done, lock = len(infos), [0], threading.Lock()
-    log.info("verifying %s: %d tables%s", root, total, " (deep: every row)" if deep else "")
+    return infos
 
-    def check(item: tuple[PartitionInfo, dict[str, pa.Scalar]]) -> _TableCheck:
+
+class _TableChecker:
+    """Checks 2 to 5 of the module docstring on every table of a namespace, on the driver's thread
+    pool, with a progress line every ``progress_every`` tables."""
+
+    def __init__(self, root: str, ns: NamespaceHandle, deep: bool, progress_every: int) -> None:
+        self.root, self.ns, self.deep, self.progress_every = root, ns, deep, progress_every
+        self.schema, self.specs = ns.schema, ns.specs
+        self.items = _tables_to_check(ns)
+        self.decls = declarations(ns.snapshot().metadata)
+        self.total, self.done, self.lock = len(self.items), 0, threading.Lock()
+
+    def run(self) -> list[_TableCheck]:
+        log.info("verifying %s: %d tables%s", self.root, self.total, " (deep: every row)" if self.deep else "")
+        return map_threads(self.check, self.items)
+
+    def check(self, item: tuple[PartitionInfo, dict[str, pa.Scalar]]) -> _TableCheck:
         info, expected = item
         out = _TableCheck([])
         try:
-            try:
-                check_location(info.location, info.object_id, root)
-            except UnsafeLocationError as e:
-                out.problems.append(Problem(info.object_id, info.location, "table_unreadable", str(e)))
-                return out
-            try:
-                ds = _open(root, info, ns.storage_options)
-            except (LancepartError, OSError, ValueError) as e:
-                named = isinstance(e, LancepartError) and info.object_id in str(e)  # it names the table already
-                out.problems.append(Problem(info.object_id, info.location, "table_unreadable",
-                                            str(e) if named else f"partition table {info.object_id!r}: {e}"))
-                return out
-            if ds is None:
-                out.declared = True
-                return out
-            try:
-                file_problems, out.files = check_files(info, ds)
-                out.problems += file_problems
-            except (OSError, ValueError) as e:
-                out.problems.append(Problem(info.object_id, info.location, "table_unreadable",
-                                            f"partition table {info.object_id!r}: its files cannot be listed: {e}"))
-            spec = specs.get(info.spec_id)
-            if info.spec_id >= 0 and spec is None:
-                out.problems.append(Problem(info.object_id, info.location, "schema_mismatch",
-                                            f"partition table {info.object_id!r} belongs to spec v{info.spec_id}, "
-                                            f"which the namespace does not define"))
-            if spec is not None:
-                out.problems += check_table_schema(info, ds.schema, schema, ns.snapshot().metadata)
-            if decls and spec is not None and info.read_branch is None and info.read_tag is None:  # pins: as they are
-                out.problems += check_indexes(info, ds, decls)
-            if info.read_branch is None and info.read_tag is None and info.read_version is not None:
-                out.problems += check_unpublished(root, info, ns.storage_options)
-            if deep:
-                row_problems, out.rows = check_rows(info, ds, spec, schema, expected, ns.snapshot().metadata)
-                out.problems += row_problems
+            ds = self._open(info, out)
+            if ds is not None:
+                self._check_table(info, ds, expected, out)
             return out
         finally:
-            with lock:
-                done[0] += 1
-                if done[0] % progress_every == 0 or done[0] == total:
-                    log.info("verified %d/%d tables", done[0], total)
+            with self.lock:
+                self.done += 1
+                if self.done % self.progress_every == 0 or self.done == self.total:
+                    log.info("verified %d/%d tables", self.done, self.total)
 
-    results = map_threads(check, infos)
-    for r in results:
-        problems += r.problems
-    report = VerifyReport(
-        problems=tuple(problems), deep=deep, manifest_version=ns.manifest_version,
-        tables_checked=sum(not r.declared for r in results), tables_declared=sum(r.declared for r in results),
-        files_checked=sum(r.files for r in results), rows_checked=sum(r.rows for r in results),
-        seconds=round(time.monotonic() - started, 3))
-    log.info("verify of %s: %s, %d tables (%d declared), %d files, %d rows read, %d problems, %.1f s", root,
-             "ok" if report.ok else "PROBLEMS", report.tables_checked, report.tables_declared, report.files_checked,
-             report.rows_checked, len(problems), report.seconds)
-    return report
+    def _open(self, info: PartitionInfo, out: _TableCheck) -> lance.LanceDataset | None:
+        """The table at its pinned version; None when there is nothing to check: ``out`` then has
+        the problem (``table_unreadable``), or is ``declared``."""
+        try:
+            check_location(info.location, info.object_id, self.root)
+        except UnsafeLocationError as e:
+            out.problems.append(Problem(info.object_id, info.location, "table_unreadable", str(e)))
+            return None
+        try:
+            ds = _open(self.root, info, self.ns.storage_options)
+        except (LancepartError, OSError, ValueError) as e:
+            named = isinstance(e, LancepartError) and info.object_id in str(e)  # it names the table already
+            out.problems.append(Problem(info.object_id, info.location, "table_unreadable",
+                                        str(e) if named else f"partition table {info.object_id!r}: {e}"))
+            return None
+        if ds is None:
+            out.declared = True
+        return ds
+
+    def _check_table(self, info: PartitionInfo, ds: lance.LanceDataset, expected: dict[str, pa.Scalar],
+                     out: _TableCheck) -> None:
+        """Its files, its schema, its indexes, rows of other writers and, deep, every row."""
+        ns = self.ns
+        try:
+            file_problems, out.files = check_files(info, ds)
+            out.problems += file_problems
+        except (OSError, ValueError) as e:
+            out.problems.append(Problem(info.object_id, info.location, "table_unreadable",
+                                        f"partition table {info.object_id!r}: its files cannot be listed: {e}"))
+        spec = self.specs.get(info.spec_id)
+        if info.spec_id >= 0 and spec is None:
+            out.problems.append(Problem(info.object_id, info.location, "schema_mismatch",
+                                        f"partition table {info.object_id!r} belongs to spec v{info.spec_id}, "
+                                        f"which the namespace does not define"))
+        if spec is not None:
+            out.problems += check_table_schema(info, ds.schema, self.schema, ns.snapshot().metadata)
+        if self.decls and spec is not None and info.read_branch is None and info.read_tag is None:  # pins: as they are
+            out.problems += check_indexes(info, ds, self.decls)
+        if info.read_branch is None and info.read_tag is None and info.read_version is not None:
+            out.problems += check_unpublished(self.root, info, ns.storage_options)
+        if self.deep:
+            row_problems, out.rows = check_rows(info, ds, spec, self.schema, expected, ns.snapshot().metadata)
+            out.problems += row_problems

@@ -254,21 +254,14 @@ def prune(
         predicates[sid] = _SpecProjector(spec, schema, columns).project(pred) if filter is not None else _PTRUE
 
     is_table = pc.fill_null(pc.equal(rows.column("object_type"), "table"), False)
-    spec_of = _spec_ids(rows.column("object_id").filter(is_table))
+    totals = _counts(_spec_ids(rows.column("object_id").filter(is_table)))
     known = {str(sid) for sid in specs}
-    totals = _counts(spec_of)
     # "" is a table outside every v<N> namespace (a root-level table, e.g. a migrated V1 one): not a partition
     has_unknown = any(key not in known and key != "" for key in totals)
 
     sql = _manifest_sql(predicates, [c for c in _SELECT_COLUMNS if c in columns], has_unknown)
     kept = _run(sql, rows)
-
-    kept_totals = _counts(_spec_ids(kept.column("object_id")))
-    kept_counts = {sid: kept_totals.get(str(sid), 0) for sid in specs}
-    pruned = {sid: totals.get(str(sid), 0) - kept_counts[sid] for sid in specs}
-    if has_unknown:  # -1: tables of spec versions not in ``specs`` (always kept)
-        kept_counts[-1] = sum(n for key, n in kept_totals.items() if key not in known)
-        pruned[-1] = 0
+    kept_counts, pruned = _kept_and_pruned(specs, totals, kept, has_unknown)
     return PruneResult(
         filter=filter,
         kept=kept,
@@ -280,6 +273,20 @@ def prune(
         specs=specs,
         scan_filter=None if filter is None else _pushdown(pred),
     )
+
+
+def _kept_and_pruned(specs: Mapping[int, PartitionSpec], totals: Mapping[str, int], kept: pa.Table,
+                     has_unknown: bool) -> tuple[dict[int, int], dict[int, int]]:
+    """Per spec version, the tables ``kept`` holds and the tables pruned out of ``totals``; with
+    ``has_unknown``, -1 counts the tables of spec versions not in ``specs`` (always kept)."""
+    known = {str(sid) for sid in specs}
+    kept_totals = _counts(_spec_ids(kept.column("object_id")))
+    kept_counts = {sid: kept_totals.get(str(sid), 0) for sid in specs}
+    pruned = {sid: totals.get(str(sid), 0) - kept_counts[sid] for sid in specs}
+    if has_unknown:  # -1: tables of spec versions not in ``specs`` (always kept)
+        kept_counts[-1] = sum(n for key, n in kept_totals.items() if key not in known)
+        pruned[-1] = 0
+    return kept_counts, pruned
 
 
 def _spec_ids(object_ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

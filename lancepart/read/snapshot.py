@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import datafusion
 import lance
@@ -194,49 +195,74 @@ def table_batches(root: str, info: PartitionInfo, schema: pa.Schema, read_schema
         scan_filter = None  # its column names may mean other fields
     table_cols = read_schema.names if mapping is None else [c for c in mapping.values() if c is not None]
     frags = [ds.get_fragment(i) for i in fragments] if fragments is not None else None
-    uri = join_uri(root, info.location)
-    scanner = None
-    with storage_errors(uri, table=info.object_id, reading=True):
-        if scan_filter is not None:
-            try:
-                scanner = ds.scanner(columns=table_cols, filter=scan_filter, fragments=frags, batch_size=batch_size)
-                if not whole:
-                    scanner = scanner.to_reader()
-            except ValueError as e:  # Lance's planner refused it; the exact filter still applies
-                log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
-                scanner = None
-        if scanner is None:
-            scanner = ds.scanner(columns=table_cols, fragments=frags, batch_size=batch_size)
-            if not whole:
-                scanner = scanner.to_reader()
-    batches = None
-    while True:
-        try:
-            with storage_errors(uri, table=info.object_id, reading=True):
-                if batches is None:  # whole: the table in one call (a stream pays a hand-off per batch)
-                    batches = iter(scanner.to_table().to_batches() if whole else scanner)
-                batch = next(batches, None)
-        except ValueError as e:
-            if not whole or scanner is None or scan_filter is None:
-                raise
-            log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
-            scanner, scan_filter = ds.scanner(columns=table_cols, fragments=frags, batch_size=batch_size), None
-            continue
-        except CorruptTableError as e:
-            bad = unreadable_file(ds, table_cols)
-            if bad is None or bad in str(e):
-                raise
-            raise CorruptTableError(f"{e} (the unreadable file is {bad})") from e
-        if batch is None:
-            return
-        if not batch.num_rows:
-            continue
+    scan = _TableScan(ds, join_uri(root, info.location), info.object_id, table_cols, frags, batch_size, whole)
+    scan.open(scan_filter)
+    for batch in scan.batches():
         if not read_schema.names:  # an empty projection keeps the row count (count(*) engines rely on it)
             yield batch.select([])
         elif mapping is not None:
             yield from conform(pa.Table.from_batches([batch]), mapping, read_schema).to_batches()
         else:
             yield batch.select(read_schema.names).cast(read_schema)
+
+
+class _TableScan:
+    """Lance's scan of one partition table for :func:`table_batches`: the pushed-down filter
+    dropped when Lance refuses it, a storage error typed and naming the table (and the file
+    that cannot be read)."""
+
+    def __init__(self, ds: lance.LanceDataset, uri: str, object_id: str, columns: list[str],
+                 fragments: list | None, batch_size: int, whole: bool) -> None:
+        self.ds, self.uri, self.object_id, self.columns = ds, uri, object_id, columns
+        self.fragments, self.batch_size, self.whole = fragments, batch_size, whole
+        self.scanner: Any = None
+        self.scan_filter: str | None = None
+
+    def _scanner(self, **filter: str) -> Any:
+        scanner = self.ds.scanner(columns=self.columns, fragments=self.fragments, batch_size=self.batch_size,
+                                  **filter)
+        return scanner if self.whole else scanner.to_reader()
+
+    def open(self, scan_filter: str | None) -> None:
+        """The scanner, with ``scan_filter`` pushed into it unless Lance's planner refuses it."""
+        self.scan_filter = scan_filter
+        with storage_errors(self.uri, table=self.object_id, reading=True):
+            if scan_filter is not None:
+                try:
+                    self.scanner = self._scanner(filter=scan_filter)
+                except ValueError as e:  # Lance's planner refused it; the exact filter still applies
+                    log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", scan_filter, e)
+                    self.scanner = None
+            if self.scanner is None:
+                self.scanner = self._scanner()
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The scanner's non-empty batches. ``whole``: the table in one call (a stream pays a
+        hand-off per batch); a filter Lance refuses only then is dropped and the scan made again."""
+        batches = None
+        while True:
+            try:
+                with storage_errors(self.uri, table=self.object_id, reading=True):
+                    if batches is None:
+                        batches = iter(self.scanner.to_table().to_batches() if self.whole else self.scanner)
+                    batch = next(batches, None)
+            except ValueError as e:
+                if not self.whole or self.scanner is None or self.scan_filter is None:
+                    raise
+                log.debug("Lance refused the pushed-down filter %r (%s); scanning without it", self.scan_filter, e)
+                self.scanner = self.ds.scanner(columns=self.columns, fragments=self.fragments,
+                                               batch_size=self.batch_size)
+                self.scan_filter = None
+                continue
+            except CorruptTableError as e:
+                bad = unreadable_file(self.ds, self.columns)
+                if bad is None or bad in str(e):
+                    raise
+                raise CorruptTableError(f"{e} (the unreadable file is {bad})") from e
+            if batch is None:
+                return
+            if batch.num_rows:
+                yield batch
 
 
 def filtered(batches: Iterable[pa.RecordBatch], read_schema: pa.Schema, filter: str | None, cols: Sequence[str],

@@ -64,11 +64,65 @@ def stream_in_order(produce: Callable[[T], Iterable[R]], items: Iterable[T], *, 
         for x in items:
             yield from produce(x)
         return
-    stop = threading.Event()
+    stream = _Stream(produce, items, window, buffered)
+    try:
+        for i in range(len(items)):
+            stream.start_through(min(len(items), i + window))  # keep `window` items in flight
+            yield from stream.outputs(i)
+    finally:
+        stream.close()
 
-    def offer(q: queue.Queue, item: object) -> bool:
+
+class _Stream:
+    """The producer threads of one :func:`stream_in_order`: one queue per item started and not yet
+    read, and the event that tells the producers the consumer has gone."""
+
+    def __init__(self, produce: Callable[[T], Iterable[R]], items: list[T], window: int, buffered: int) -> None:
+        self.produce, self.items, self.buffered = produce, items, buffered
+        self.stop = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=min(window, len(items)))
+        self.queues: dict[int, queue.Queue] = {}
+        self.started = 0
+        self.pid = os.getpid()
+
+    def start_through(self, n: int) -> None:
+        """Start producing every item before index ``n``."""
+        while self.started < n:
+            q: queue.Queue = queue.Queue(maxsize=self.buffered)
+            self.queues[self.started] = q
+            self.pool.submit(contextvars.copy_context().run, self._run, self.items[self.started], q)
+            self.started += 1
+
+    def outputs(self, i: int) -> Iterator[R]:
+        """Item ``i``'s elements as its producer hands them over; its error raised here."""
+        q = self.queues.pop(i)
+        while True:
+            if os.getpid() != self.pid:  # forked while the stream was read: its producers stayed behind
+                raise ForkedProcessError(
+                    f"a stream started in process {self.pid} is read on in its forked child {os.getpid()}, where "
+                    "the threads producing it do not exist: read it in the process that started it, or "
+                    "start a new read in this one")
+            out = q.get()
+            if out is _END:
+                return
+            if isinstance(out, _Failed):
+                raise out.error
+            yield out
+
+    def close(self) -> None:
+        """Stop the producers at their next element and let the pool go."""
+        self.stop.set()
+        for q in self.queues.values():  # unblock producers waiting on a full queue
+            while True:
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    break
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _offer(self, q: queue.Queue, item: object) -> bool:
         """Put ``item`` once there is room; False when the consumer has gone."""
-        while not stop.is_set():
+        while not self.stop.is_set():
             try:
                 q.put(item, timeout=0.1)
                 return True
@@ -76,45 +130,11 @@ def stream_in_order(produce: Callable[[T], Iterable[R]], items: Iterable[T], *, 
                 continue
         return False
 
-    def run(x: T, q: queue.Queue) -> None:
+    def _run(self, x: T, q: queue.Queue) -> None:
         try:
-            for out in produce(x):
-                if not offer(q, out):
+            for out in self.produce(x):
+                if not self._offer(q, out):
                     return
-            offer(q, _END)
+            self._offer(q, _END)
         except BaseException as e:  # handed to the consumer, raised there
-            offer(q, _Failed(e))
-
-    pool = ThreadPoolExecutor(max_workers=min(window, len(items)))
-    queues: dict[int, queue.Queue] = {}
-    started = 0
-    pid = os.getpid()
-    try:
-        for i in range(len(items)):
-            while started < min(len(items), i + window):  # keep `window` items in flight
-                q: queue.Queue = queue.Queue(maxsize=buffered)
-                queues[started] = q
-                pool.submit(contextvars.copy_context().run, run, items[started], q)
-                started += 1
-            q = queues.pop(i)
-            while True:
-                if os.getpid() != pid:  # forked while the stream was read: its producers stayed behind
-                    raise ForkedProcessError(
-                        f"a stream started in process {pid} is read on in its forked child {os.getpid()}, where "
-                        "the threads producing it do not exist: read it in the process that started it, or "
-                        "start a new read in this one")
-                out = q.get()
-                if out is _END:
-                    break
-                if isinstance(out, _Failed):
-                    raise out.error
-                yield out
-    finally:
-        stop.set()
-        for q in queues.values():  # unblock producers waiting on a full queue
-            while True:
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    break
-        pool.shutdown(wait=False, cancel_futures=True)
+            self._offer(q, _Failed(e))

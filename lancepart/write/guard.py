@@ -79,6 +79,14 @@ def check_files_present(
     lancepart.errors.DataFilesMissingError: partition table v1$...: data file ... written by this write is gone ...
     """
     so = dict(storage_options) if storage_options else None
+    if versions:
+        _check_versions(root, tables, so)
+    _check_data_files(root, tables, so)
+
+
+def _check_versions(root: str, tables: Sequence[tuple[str, str, int, Sequence[FragmentMetadata]]],
+                    so: dict[str, str] | None) -> None:
+    """Each table's ``version`` still exists (one open per table, on the thread pool)."""
 
     def version_gone(item: tuple[str, str, int, Sequence[FragmentMetadata]]) -> bool:
         try:
@@ -89,14 +97,18 @@ def check_files_present(
             return True
         return False
 
-    versioned = tables if versions else []
-    for (oid, location, version, _), gone in zip(versioned, map_threads(version_gone, versioned), strict=True):
+    for (oid, location, version, _), gone in zip(tables, map_threads(version_gone, tables), strict=True):
         if gone:
             raise DataFilesMissingError(
                 f"partition table {oid} at {join_uri(root, location)}: version {version}, committed by this write, "
                 f"was removed before it was published (a cleanup with a retention shorter than the write); nothing "
                 f"was published, run the write again")
 
+
+def _check_data_files(root: str, tables: Sequence[tuple[str, str, int, Sequence[FragmentMetadata]]],
+                      so: dict[str, str] | None) -> None:
+    """Every data file of the tables' fragments is on storage (one existence check per file, on
+    the thread pool)."""
     checks = [(oid, join_uri(root, location), f"data/{file_path(df)}")
               for oid, location, _, fragments in tables for f in fragments for df in f.files]
     sessions: dict[str, LanceFileSession] = {}

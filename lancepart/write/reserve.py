@@ -120,57 +120,89 @@ def reserve_partitions(
     ``create_missing=False`` only looks partitions up: one that has no table row gets ``None``
     in :attr:`Reservation.tables` and nothing is created for it (the caller creates its table
     with its data and publishes it: :mod:`lancepart.write.create`); declared tables are still
-    pinned."""
+    pinned.
+
+    1. on each snapshot the ``__manifest`` commit works on: resolve the partitions' object ids,
+       pin declared tables, create an empty table for each missing partition and add its rows
+       (:meth:`_Reserving.mutate`);
+    2. after the commit: adopt the rows that stand (a concurrent writer's too) and remove our
+       empty tables that lost the race (:meth:`_Reserving.adopt`)."""
     if len(values) != len(spec.fields):
         raise ValueError(f"expected {len(spec.fields)} partition value arrays, got {len(values)}")
-    n = len(values[0]) if values else 0
-    level_ids = _ids.partition_ids(spec.id, values)
-    made: dict[str, tuple[str, int]] = dict(prepared or {})  # table object_id -> (location, empty version)
-    resolved: dict[str, list] = {}  # the object ids the last snapshot resolved (see mutate)
+    op = _Reserving(manifest, spec, values, table_schema, prepared=prepared, create_missing=create_missing)
+    snap, created, retries = manifest.update(op.mutate, max_retries=max_retries, what="partition reservation")
+    return Reservation(tables=op.adopt(snap), created=created, snapshot=snap, retries=retries)
 
-    def mutate(snap: ManifestSnapshot):
+
+class _Reserving:
+    """One :func:`reserve_partitions` call: the empty tables it made (or was given) and the table
+    object ids the last snapshot resolved, kept across the attempts of its commit."""
+
+    def __init__(self, manifest: Manifest, spec: PartitionSpec, values: Sequence[pa.Array], table_schema: pa.Schema,
+                 *, prepared: Mapping[str, tuple[str, int]] | None, create_missing: bool) -> None:
+        self.manifest, self.spec, self.values, self.table_schema = manifest, spec, values, table_schema
+        self.prepared, self.create_missing = prepared or {}, create_missing
+        self.n = len(values[0]) if values else 0
+        self.level_ids = _ids.partition_ids(spec.id, values)
+        self.made: dict[str, tuple[str, int]] = dict(self.prepared)  # table object_id -> (location, empty version)
+        self.resolved: dict[str, list] = {}  # the object ids the last snapshot resolved (see mutate)
+
+    def mutate(self, snap: ManifestSnapshot) -> tuple[ManifestChanges | None, int]:
+        """The rows to commit on ``snap`` (pins of declared tables, rows of missing partitions) and
+        how many tables they add."""
+        manifest = self.manifest
         # Existing partitions are found by their partition values (another spec-following writer
         # names them with random ids); the deterministic ids name only what is new.
-        ns_oids, table_oids = resolve_object_ids(snap, spec, values, level_ids)
-        resolved["tables"] = table_oids
+        ns_oids, table_oids = resolve_object_ids(snap, self.spec, self.values, self.level_ids)
+        self.resolved["tables"] = table_oids
         existing = dict(zip(*snap.lookup(table_oids).select(["object_id", "location"]).to_pydict().values(),
                             strict=True))
-        missing = [i for i in range(n) if table_oids[i] not in existing]
+        missing = [i for i in range(self.n) if table_oids[i] not in existing]
         for oid, location in existing.items():  # refuse an unsafe location before committing anything
             _ids.check_location(location, oid, manifest.root)
-        declared = _pin_declared(manifest, snap, set(existing), table_schema, made)
-        if not create_missing:
+        declared = _pin_declared(manifest, snap, set(existing), self.table_schema, self.made)
+        if not self.create_missing:
             missing = []
         if not missing and not declared:
             return None, 0
         pinned = snap.read_version_changes(declared).upserts if declared else snap.schema.empty_table()
         if not missing:
             return ManifestChanges(upserts=pinned), 0
-        fresh = list(dict.fromkeys(table_oids[i] for i in missing if table_oids[i] not in made))
-        locations = [_ids.table_location(oid) for oid in fresh]
-        file_version = data_storage_version(snap.metadata)
-        versions = map_threads(lambda loc: create_empty_table(manifest.root, loc, table_schema,
-                                                              manifest.storage_options,
-                                                              data_storage_version=file_version), locations)
-        made.update({oid: (loc, v) for oid, loc, v in zip(fresh, locations, versions, strict=True)})
-        new_rows = partition_rows(snap, spec, values, ns_oids, table_oids, missing, made)
+        new_rows = self._add_missing(snap, ns_oids, table_oids, missing)
         tables = int(pc.sum(pc.equal(new_rows.column("object_type"), "table")).as_py())
         return ManifestChanges(upserts=pa.concat_tables([pinned, new_rows])), tables
 
-    snap, created, retries = manifest.update(mutate, max_retries=max_retries, what="partition reservation")
-    # Adopt rows that concurrent writers created; drop our own tables that lost the race.
-    cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
-    picked = {r["object_id"]: r for r in snap.lookup(resolved["tables"]).select(cols).to_pylist()}
-    # all of them unless create_missing=False
-    refs: list[TableRef | None] = [TableRef(**picked[oid]) if oid in picked else None for oid in resolved["tables"]]
-    for ref in refs:  # rows a concurrent writer made are checked like our own
-        if ref is not None:
-            _ids.check_location(ref.location, ref.object_id, manifest.root)
-    published = {r.location for r in refs if r is not None}
-    for oid, (location, _) in made.items():
-        if location not in published and oid not in (prepared or {}):
-            remove_table_dir(manifest.root, location, manifest.storage_options)
-    return Reservation(tables=refs, created=created, snapshot=snap, retries=retries)
+    def _add_missing(self, snap: ManifestSnapshot, ns_oids: Sequence[Sequence[str] | None], table_oids: Sequence[str],
+                     missing: Sequence[int]) -> pa.Table:
+        """An empty table for each partition ``missing`` that has none of ours yet (created before
+        the commit: a published row never points at nothing), and the rows that add them."""
+        manifest = self.manifest
+        fresh = list(dict.fromkeys(table_oids[i] for i in missing if table_oids[i] not in self.made))
+        locations = [_ids.table_location(oid) for oid in fresh]
+        file_version = data_storage_version(snap.metadata)
+        versions = map_threads(lambda loc: create_empty_table(manifest.root, loc, self.table_schema,
+                                                              manifest.storage_options,
+                                                              data_storage_version=file_version), locations)
+        self.made.update({oid: (loc, v) for oid, loc, v in zip(fresh, locations, versions, strict=True)})
+        return partition_rows(snap, self.spec, self.values, ns_oids, table_oids, missing, self.made)
+
+    def adopt(self, snap: ManifestSnapshot) -> list[TableRef | None]:
+        """The table refs under the committed ``snap``; our own empty tables that lost the race removed."""
+        manifest = self.manifest
+        # Adopt rows that concurrent writers created; drop our own tables that lost the race.
+        cols = ["object_id", "location", "read_version", "read_branch", "read_tag"]
+        picked = {r["object_id"]: r for r in snap.lookup(self.resolved["tables"]).select(cols).to_pylist()}
+        # all of them unless create_missing=False
+        refs: list[TableRef | None] = [TableRef(**picked[oid]) if oid in picked else None
+                                       for oid in self.resolved["tables"]]
+        for ref in refs:  # rows a concurrent writer made are checked like our own
+            if ref is not None:
+                _ids.check_location(ref.location, ref.object_id, manifest.root)
+        published = {r.location for r in refs if r is not None}
+        for oid, (location, _) in self.made.items():
+            if location not in published and oid not in self.prepared:
+                remove_table_dir(manifest.root, location, manifest.storage_options)
+        return refs
 
 
 def partition_rows(snap: ManifestSnapshot, spec: PartitionSpec, values: Sequence[pa.Array],
@@ -252,74 +284,101 @@ def resolve_object_ids(snap: ManifestSnapshot, spec: PartitionSpec, values: Sequ
     namespace rows under the parent found so far (another writer may have made the ``2025``
     namespace and lancepart adds ``US`` under it). Only what does not exist gets lancepart's
     deterministic id, which is what two lancepart writers then collide on. Vectorised: one hash
-    join per level over the spec's rows of ``__manifest``.
+    join per level over the spec's rows of ``__manifest`` (:class:`_SpecRows`).
     """
     n = len(values[0]) if values else 0
     k = len(spec.fields)
     own_tables = [_ids.table_object_id(spec.id, ids) for ids in level_ids]
-    if n and len(own_tables) <= LOOKUP_LIMIT:
-        # lancepart's own id of a partition is the one preferred among several rows with its values:
-        # when every partition has its table row under that id, nothing else needs reading
-        own = snap.lookup(own_tables)
-        if set(own.filter(pc.equal(own.column("object_type"), "table")).column("object_id").to_pylist()) \
-                >= set(own_tables):
-            return [None] * n, own_tables
+    if n and len(own_tables) <= LOOKUP_LIMIT and _own_tables_exist(snap, own_tables):
+        return [None] * n, own_tables
     rows = snap.rows
     names = set(rows.column_names)
     if not n or not rows.num_rows or any(f.column_name not in names for f in spec.fields):
         return [[_ids.namespace_object_id(spec.id, ids[: lv + 1]) for lv in range(k)] for ids in level_ids], own_tables
-    oid = rows.column("object_id")
-    in_spec = pc.starts_with(oid, spec.namespace + _ids.DELIMITER)
-    depth = pc.count_substring(oid, _ids.DELIMITER)
-    kind = rows.column("object_type")
-    try:
-        part = [rows.column(f.column_name).cast(f.result_type) for f in spec.fields]
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        part = None  # a column of another type: nothing can match by value
-
-    def candidates(mask: pa.Array, fields: int) -> pa.Table:
-        if part is None:
-            return pa.table({"__oid": pa.array([], pa.utf8())})
-        mask = pc.fill_null(mask, False)
-        cols = {"__oid": oid.filter(mask).combine_chunks(),
-                **_value_keys([c.filter(mask).combine_chunks() for c in part[:fields]])}
-        return pa.table(cols)
-
-    def inputs(sel: np.ndarray, fields: int) -> pa.Table:
-        take = pa.array(sel, pa.int64())
-        return pa.table({"__i": take, **_value_keys([v.take(take) for v in values[:fields]])})
-
-    keys = [f"__{c}{j}" for j in range(k) for c in ("k", "n")]
-    table_rows = candidates(pc.and_(pc.and_(in_spec, pc.equal(kind, "table")),
-                                    pc.and_(pc.equal(depth, k + 1),
-                                            pc.ends_with(oid, _ids.DELIMITER + _ids.TABLE_NAME))), k)
-    found = _first_match(inputs(np.arange(n), k), table_rows, keys, pa.array(own_tables, pa.utf8()))
+    spec_rows = _SpecRows(rows, spec, values)
+    found = spec_rows.match_tables(own_tables)
     table_oids = [found.get(i, own_tables[i]) for i in range(n)]
     ns_oids: list[list[str] | None] = [None] * n
     todo = np.array([i for i in range(n) if i not in found], np.int64)
     if not len(todo):
         return ns_oids, table_oids
-    parents = {int(i): spec.namespace for i in todo}
-    chains: dict[int, list[str]] = {int(i): [] for i in todo}
-    for level in range(k):
-        mask = pc.and_(pc.and_(in_spec, pc.equal(kind, "namespace")), pc.equal(depth, level + 1))
-        right = candidates(mask, level + 1)
-        right = right.append_column("__parent", pc.replace_substring_regex(right.column("__oid"), r"\$[^$]*$", ""))
-        left = inputs(todo, level + 1).append_column("__parent", pa.array([parents[int(i)] for i in todo], pa.utf8()))
-        own = [f"{parents[int(i)]}{_ids.DELIMITER}{level_ids[int(i)][level]}" for i in todo]
-        preferred = pa.array([None] * n, pa.utf8()).to_pylist()
-        for i, o in zip(todo.tolist(), own, strict=True):
-            preferred[i] = o
-        hit = _first_match(left, right, [f"__{c}{j}" for j in range(level + 1) for c in ("k", "n")] + ["__parent"],
-                           pa.array(preferred, pa.utf8()))
-        for i, o in zip(todo.tolist(), own, strict=True):
-            chosen = hit.get(i, o)
-            chains[i].append(chosen)
-            parents[i] = chosen
-    for i in todo.tolist():
-        ns_oids[i] = chains[i]
-        table_oids[i] = f"{parents[i]}{_ids.DELIMITER}{_ids.TABLE_NAME}"
+    for i, (chain, parent) in spec_rows.match_namespaces(todo, level_ids).items():
+        ns_oids[i] = chain
+        table_oids[i] = f"{parent}{_ids.DELIMITER}{_ids.TABLE_NAME}"
     return ns_oids, table_oids
+
+
+def _own_tables_exist(snap: ManifestSnapshot, own_tables: list[str]) -> bool:
+    """Whether every partition has its table row under lancepart's own id: the one preferred among
+    several rows with its values, so nothing else needs reading."""
+    own = snap.lookup(own_tables)
+    return set(own.filter(pc.equal(own.column("object_type"), "table")).column("object_id").to_pylist()) \
+        >= set(own_tables)
+
+
+def _join_keys(fields: int) -> list[str]:
+    return [f"__{c}{j}" for j in range(fields) for c in ("k", "n")]
+
+
+class _SpecRows:
+    """The rows of ``__manifest`` joined with a spec version's partition values by value: a table
+    of candidate rows (:meth:`candidates`) against a table of input partitions (:meth:`inputs`)."""
+
+    def __init__(self, rows: pa.Table, spec: PartitionSpec, values: Sequence[pa.Array]) -> None:
+        self.spec, self.values = spec, values
+        self.n = len(values[0]) if values else 0
+        self.oid = rows.column("object_id")
+        self.in_spec = pc.starts_with(self.oid, spec.namespace + _ids.DELIMITER)
+        self.depth = pc.count_substring(self.oid, _ids.DELIMITER)
+        self.kind = rows.column("object_type")
+        try:
+            self.part = [rows.column(f.column_name).cast(f.result_type) for f in spec.fields]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            self.part = None  # a column of another type: nothing can match by value
+
+    def candidates(self, mask: pa.Array, fields: int) -> pa.Table:
+        if self.part is None:
+            return pa.table({"__oid": pa.array([], pa.utf8())})
+        mask = pc.fill_null(mask, False)
+        cols = {"__oid": self.oid.filter(mask).combine_chunks(),
+                **_value_keys([c.filter(mask).combine_chunks() for c in self.part[:fields]])}
+        return pa.table(cols)
+
+    def inputs(self, sel: np.ndarray, fields: int) -> pa.Table:
+        take = pa.array(sel, pa.int64())
+        return pa.table({"__i": take, **_value_keys([v.take(take) for v in self.values[:fields]])})
+
+    def match_tables(self, own_tables: list[str]) -> dict[int, str]:
+        """Input partition -> the object id of its table row, for the partitions that have one."""
+        k = len(self.spec.fields)
+        table_rows = self.candidates(pc.and_(pc.and_(self.in_spec, pc.equal(self.kind, "table")),
+                                             pc.and_(pc.equal(self.depth, k + 1),
+                                                     pc.ends_with(self.oid, _ids.DELIMITER + _ids.TABLE_NAME))), k)
+        return _first_match(self.inputs(np.arange(self.n), k), table_rows, _join_keys(k),
+                            pa.array(own_tables, pa.utf8()))
+
+    def match_namespaces(self, todo: np.ndarray, level_ids: Sequence[Sequence[str]]
+                         ) -> dict[int, tuple[list[str], str]]:
+        """Input partitions ``todo`` (without a table row) -> their namespace ids, level by level the
+        row under the parent found so far, else lancepart's own id, and the last level's id."""
+        parents = {int(i): self.spec.namespace for i in todo}
+        chains: dict[int, list[str]] = {int(i): [] for i in todo}
+        for level in range(len(self.spec.fields)):
+            mask = pc.and_(pc.and_(self.in_spec, pc.equal(self.kind, "namespace")), pc.equal(self.depth, level + 1))
+            right = self.candidates(mask, level + 1)
+            right = right.append_column("__parent", pc.replace_substring_regex(right.column("__oid"), r"\$[^$]*$", ""))
+            left = self.inputs(todo, level + 1).append_column("__parent",
+                                                              pa.array([parents[int(i)] for i in todo], pa.utf8()))
+            own = [f"{parents[int(i)]}{_ids.DELIMITER}{level_ids[int(i)][level]}" for i in todo]
+            preferred = pa.array([None] * self.n, pa.utf8()).to_pylist()
+            for i, o in zip(todo.tolist(), own, strict=True):
+                preferred[i] = o
+            hit = _first_match(left, right, [*_join_keys(level + 1), "__parent"], pa.array(preferred, pa.utf8()))
+            for i, o in zip(todo.tolist(), own, strict=True):
+                chosen = hit.get(i, o)
+                chains[i].append(chosen)
+                parents[i] = chosen
+        return {i: (chains[i], parents[i]) for i in todo.tolist()}
 
 
 def _pin_declared(manifest: Manifest, snap: ManifestSnapshot, oids: set[str], schema: pa.Schema,
