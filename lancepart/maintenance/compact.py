@@ -318,7 +318,8 @@ def keep_fragment_ids(rw: TableRewrite, committed: lance.LanceDataset) -> None:
         f.id = ids.get(_ident(f), f.id)
 
 
-def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, max_retries: int = 20) -> Published:
+def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, max_retries: int = 20,
+                       properties: Mapping[str, str] | None = None) -> Published:
     """Commit every rewritten table on top of its published version and move all their
     ``read_version`` in ONE ``__manifest`` commit, through the one publish path. A table whose
     rewritten fragments are gone from its published version (overwritten or compacted by someone
@@ -383,7 +384,7 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         return changes
 
     pub = publish_changes(manifest, plan, what="compaction publish", unpublishable="leave_out",
-                          max_retries=max_retries)
+                          max_retries=max_retries, properties=properties)
     tables = {oid: (m.version, m.info) for oid, m in pub.made.items()}
     return Published(pub.snapshot, pub.committed, tables,
                      {o: r for o, r in pub.left_out.items() if o not in pub.failures}, rebased & set(tables),
@@ -433,12 +434,13 @@ def finish_compaction(
     max_retries: int = 20,
     compact_manifest_table: bool = True,
     failures: Mapping[str, str] | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Phase 3 and the ``__manifest`` maintenance; the :class:`CommitResult` of the compaction.
     ``failures`` (object_id -> message) are tables whose rewrite failed; with those the plan and
     the publish could not handle, they are the result's ``failures``."""
     t = time.monotonic()
-    pub = publish_compaction(manifest, rewrites, max_retries=max_retries)
+    pub = publish_compaction(manifest, rewrites, max_retries=max_retries, properties=properties)
     phases["publish_s"] = round(time.monotonic() - t, 3)
     before = plan.examined
     rewritten = {r.object_id: r for r in rewrites}
@@ -540,6 +542,7 @@ def compact(
     materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
     compact_manifest_table: bool = True,
     max_retries: int = 20,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Compact the partition tables ``filter`` selects, in-process, and publish them in one
     ``__manifest`` commit; ``partitions_touched`` is the number of tables compacted and
@@ -562,6 +565,6 @@ def compact(
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases,
                                max_retries=max_retries, compact_manifest_table=compact_manifest_table,
-                               failures={**upgrade_failures, **failures})
+                               failures={**upgrade_failures, **failures}, properties=properties)
     result.details["schema_upgraded"] = upgraded
     return result

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,8 +71,8 @@ def _without(snap: ManifestSnapshot, drop: Sequence[int]) -> tuple[pa.Table, lis
     return rows.filter(pa.array(keep)), namespaces
 
 
-def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, max_retries: int = 20
-                    ) -> CommitResult:
+def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, max_retries: int = 20,
+                    properties: Mapping[str, str] | None = None) -> CommitResult:
     """Remove from ``__manifest``, in one publish, every partition table ``filter`` selects
     entirely (and the namespace rows left without children). The tables' files stay until a
     cleanup collects them. ``dry_run`` reports what would go and publishes nothing.
@@ -96,7 +96,8 @@ def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, 
                    for r in picked.select(["object_id", "location", "read_version"]).to_pylist()]
         return (None if dry_run else rows), {"dropped": dropped, "namespaces_removed": len(namespaces)}
 
-    snap, what, retries = ns.manifest.update(mutate, max_retries=max_retries, what="drop_partitions")
+    snap, what, retries = ns.manifest.update(mutate, max_retries=max_retries, what="drop_partitions",
+                                             transaction_properties=properties)
     result = CommitResult(
         manifest_version=snap.version, partitions_touched=len(what["dropped"]), retries=retries,
         seconds=round(time.monotonic() - started, 3),

@@ -132,7 +132,8 @@ def restore_table(root: str, location: str, version: int, storage_options: Mappi
     return made
 
 
-def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20) -> CommitResult:
+def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20,
+             properties: Mapping[str, str] | None = None) -> CommitResult:
     """Publish snapshot ``version`` of ``__manifest`` as a new version (module docstring)."""
     started = time.monotonic()
     manifest = ns.manifest
@@ -224,7 +225,7 @@ def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20) -> Com
         faults.checkpoint("before_manifest_commit")
         return new_rows, {**info, "undone": undone, "redone": redone}
 
-    def properties(info: Mapping[str, Any]) -> dict[str, str]:
+    def rollback_properties(info: Mapping[str, Any]) -> dict[str, str]:
         props = {ROLLBACK_TO_PROPERTY: str(version),
                  batches.COMMITTED_AT_PROPERTY: datetime.now(UTC).isoformat()}
         if info["undone"]:
@@ -234,7 +235,8 @@ def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20) -> Com
         return props
 
     what = f"rollback to {version}"
-    snap, info, retries = manifest.update(mutate, max_retries=max_retries, what=what, properties_of=properties)
+    snap, info, retries = manifest.update(mutate, max_retries=max_retries, what=what,
+                                          transaction_properties=properties, properties_of=rollback_properties)
     published = bool(info["restored"] or info["removed"])
     if published and (info["undone"] or info["redone"] or batches.index_exists(manifest)):
         faults.checkpoint("after_manifest_commit")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -89,6 +89,7 @@ def _write_local(
     max_retries: int = 20,
     expectations: list[dict] | None = None,
     index_on_write: bool = True,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     started = time.monotonic()
     check_mode(mode)
@@ -190,7 +191,8 @@ def _write_local(
     t = time.monotonic()
     result = publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
                      partitions_created=created, max_retries=max_retries, started=started, extra_retries=retries,
-                     new_tables=NewTables(manifest, spec, schema), index_on_write=index_on_write)
+                     new_tables=NewTables(manifest, spec, schema), index_on_write=index_on_write,
+                     properties=properties)
     phases["publish_s"] = time.monotonic() - t
     for k in ("plan_s", "reserve_s", "write_s"):
         phases.setdefault(k, 0.0)
