@@ -17,6 +17,7 @@ import warnings
 from lancepart.storage import lance_env  # noqa: F401
 
 # isort: split
+from lancepart.arguments import CommitOptions
 from lancepart.errors import (  # every public error type (docs/errors.md)
     AmbiguousMatchError,
     CommitConflictError,
@@ -55,6 +56,7 @@ from lancepart.errors import (  # every public error type (docs/errors.md)
 )
 from lancepart.model.spec import PartitionField, PartitionSpec, Transform
 from lancepart.namespace import PartitionedNamespace
+from lancepart.ops.history import HistoryEntry
 from lancepart.ops.repair import RepairReport
 from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, Problem, VerifyReport
 
@@ -64,6 +66,7 @@ __all__ = [
     "AmbiguousMatchError",
     "CleanupStats",
     "CommitConflictError",
+    "CommitOptions",
     "CommitResult",
     "ConfigError",
     "CorruptNamespaceError",
@@ -76,6 +79,7 @@ __all__ = [
     "ExpressionEvaluationError",
     "ForkedProcessError",
     "FragmentsGoneError",
+    "HistoryEntry",
     "InvalidArgumentError",
     "InvalidFilterError",
     "InvalidSpecError",

@@ -12,15 +12,17 @@ import os
 import posixpath
 import threading
 import types
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lancepart.deprecation import keyword_only
+from lancepart.arguments import CommitOptions, commit_settings
+from lancepart.deprecation import REMOVED_IN, keyword_only
 from lancepart.errors import (
     CorruptNamespaceError,
     InvalidArgumentError,
@@ -31,6 +33,8 @@ from lancepart.errors import (
 )
 from lancepart.model import ids as _ids
 from lancepart.model.spec import PartitionField, PartitionSpec, assign_field_ids, schema_from_json, schema_to_json
+from lancepart.ops.history import HistoryEntry
+from lancepart.ops.repair import RepairReport
 from lancepart.results import CleanupStats, CommitResult, EvolveResult, PartitionInfo, VerifyReport
 from lancepart.storage.error_mapping import public_operation
 from lancepart.storage.manifest import (
@@ -42,6 +46,12 @@ from lancepart.storage.manifest import (
     normalize_root,
     rows_from_records,
 )
+
+if TYPE_CHECKING:  # the types of what the engine methods return (optional dependencies)
+    import datafusion
+    import duckdb
+    import pandas
+    import polars
 
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = _ids.SPEC_KEY_PREFIX
@@ -188,8 +198,8 @@ class PartitionedNamespace:
     @classmethod
     @keyword_only("storage_options")
     @public_operation("open", publishes=False, root_arg=1)
-    def open(cls, root: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None,
-             version: int | None = None, as_of: datetime | None = None) -> PartitionedNamespace:
+    def open(cls, root: str | os.PathLike[str], *, version: int | None = None, as_of: datetime | None = None,
+             storage_options: Mapping[str, str] | None = None) -> PartitionedNamespace:
         """Open an existing partitioned namespace; :class:`NamespaceNotFoundError` if there is none.
 
         ``version=N`` or ``as_of=datetime`` (a naive one is UTC) opens a **read-only** handle on
@@ -226,6 +236,7 @@ class PartitionedNamespace:
                 f"(opened with version= or as_of=) and cannot commit; open the namespace without them to "
                 f"{operation}")
 
+    @keyword_only()
     @public_operation("refresh", publishes=False)
     def refresh(self) -> PartitionedNamespace:
         """Reload ``__manifest`` (specs, schema and partition table rows) at its latest version.
@@ -234,11 +245,13 @@ class PartitionedNamespace:
             self._load_latest(self._manifest)
         return self
 
+    @keyword_only("limit")
     @public_operation("history", publishes=False)
-    def history(self, limit: int | None = None) -> list[Any]:
+    def history(self, *, limit: int | None = None) -> list[HistoryEntry]:
         """The retained ``__manifest`` versions, newest first, as :class:`lancepart.ops.history.HistoryEntry`
-        (version, timestamp, operation, batch_id, rows_written, partitions_touched). Each is a
-        snapshot ``open(root, version=...)`` can read; cleanup decides how far back they go.
+        (version, timestamp, operation, batch_id, rows_written, partitions_touched, properties: a
+        commit's ``CommitOptions.custom_metadata`` among them). Each is a snapshot
+        ``open(root, version=...)`` can read; cleanup decides how far back they go.
 
         >>> [(e.operation, e.batch_id, e.rows_written) for e in ns.history(limit=2)]
         [('append', '2025-12-11', 2), ('append', '2025-12-10', 4)]
@@ -322,9 +335,10 @@ class PartitionedNamespace:
         return self._snapshot
 
     # ------------------------------------------------------------------ evolution
-    @public_operation("evolve")
-    def evolve(self, fields: Sequence[PartitionField | Mapping[str, Any]], *, max_retries: int = 20
-               ) -> EvolveResult:
+    @keyword_only()
+    @public_operation("update_spec")
+    def update_spec(self, fields: Sequence[PartitionField | Mapping[str, Any]], *, commit: CommitOptions | None = None,
+                    max_retries: int | None = None) -> EvolveResult:
         """Add partition spec version ``v<N+1>`` with ``fields`` (spec "Partition Evolution"); new
         writes use it, reads and pruning span every version. Returns an
         :class:`~lancepart.results.EvolveResult`, the :class:`CommitResult` of the evolution with
@@ -337,22 +351,35 @@ class PartitionedNamespace:
         ``partition_field_*`` columns through Lance schema evolution. Defining exactly the
         current spec again is a no-op (``details["created"]`` False, ``result.spec`` the current spec).
 
-        >>> ns.evolve([{"source_ids": [1], "transform": {"type": "year"}, "result_type": {"type": "int32"}},
-        ...            {"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
-        ...             "result_type": {"type": "utf8"}}]).spec.id
+        ``evolve`` is its old name (until lancepart 0.2, with a :class:`DeprecationWarning`);
+        pyiceberg calls it ``update_spec`` beside ``update_schema``.
+
+        >>> ns.update_spec([{"source_ids": [1], "transform": {"type": "year"}, "result_type": {"type": "int32"}},
+        ...                {"field_id": "country", "source_ids": [2], "transform": {"type": "identity"},
+        ...                 "result_type": {"type": "utf8"}}]).spec.id
         2
         """
-        self._writable("evolve")
+        self._writable("update_spec")
         from lancepart.evolution.spec_evolution import evolve
 
-        result = evolve(self._manifest, self._schema, fields, max_retries=max_retries)
+        retries, props = commit_settings(commit, max_retries)
+        result = evolve(self._manifest, self._schema, fields, max_retries=retries, properties=props)
         self.refresh()
         return result
 
+    def evolve(self, fields: Sequence[PartitionField | Mapping[str, Any]], *, commit: CommitOptions | None = None,
+               max_retries: int | None = None) -> EvolveResult:
+        """Deprecated name of :meth:`update_spec` (until lancepart 0.2)."""
+        warnings.warn(f"ns.evolve() is deprecated and works until lancepart {REMOVED_IN}: use ns.update_spec() (the "
+                      f"same arguments and result)", DeprecationWarning, stacklevel=2)
+        self._writable("evolve")
+        return self.update_spec(fields, commit=commit, max_retries=max_retries)
+
+    @keyword_only()
     @public_operation("update_schema")
     def update_schema(self, add: Sequence[pa.Field] | None = None, rename: Mapping[str, str] | None = None,
                       drop: Sequence[str] | None = None, widen: Mapping[str, pa.DataType] | None = None, *,
-                      max_retries: int = 20) -> CommitResult:
+                      commit: CommitOptions | None = None, max_retries: int | None = None) -> CommitResult:
         """Change the namespace schema in one ``__manifest`` commit (spec "Schema"): ``add``
         nullable fields (fresh field ids, never reused), ``rename`` columns (ids kept, so
         partition specs on them keep working), ``drop`` columns (a dropped partition source
@@ -372,24 +399,39 @@ class PartitionedNamespace:
         self._writable("update_schema")
         from lancepart.evolution.schema_evolution import update_schema
 
-        result = update_schema(self._manifest, add, rename, drop, widen, max_retries=max_retries)
+        retries, props = commit_settings(commit, max_retries)
+        result = update_schema(self._manifest, add, rename, drop, widen, max_retries=retries, properties=props)
         self.refresh()
         return result
 
     # ------------------------------------------------------------------ writing
+    @keyword_only("mode", "batch_id")
     @public_operation("write")
     def write(
         self,
         data: pa.Table | pa.RecordBatchReader,
+        *,
         mode: str = "append",
+        where: str | None = None,
+        expectations: list[dict] | None = None,
+        chunk_rows: int = 1_000_000,
+        max_rows_per_file: int = 1_048_576,
+        index_on_write: bool = True,
         batch_id: str | None = None,
-        **options: Any,
+        commit: CommitOptions | None = None,
+        max_retries: int | None = None,
     ) -> CommitResult:
         """Write ``data`` in-process (no Spark) and publish it in one ``__manifest`` commit.
 
-        ``mode="append"`` adds rows; ``mode="overwrite"`` replaces exactly the partitions the
-        input touches (dynamic partition overwrite). A ``batch_id`` that is already
-        published makes this a no-op returning ``skipped=True``.
+        ``mode="append"`` adds rows. ``mode="overwrite"`` is a **dynamic partition overwrite**:
+        only the partitions the input has rows for are replaced, every other partition keeps its
+        rows (:meth:`dynamic_partition_overwrite`; to replace the whole namespace use
+        :meth:`overwrite`). ``mode="overwrite", where=filter`` replaces exactly the rows matching
+        ``filter`` (replace-where, :meth:`overwrite`). A ``batch_id`` that is already published
+        makes this a no-op returning ``skipped=True``. ``expectations``: a data-quality gate run
+        first; a ``RecordBatchReader`` is read in chunks of ``chunk_rows``; ``index_on_write``
+        keeps the declared indexes of the touched tables up to date. ``commit``: a
+        :class:`~lancepart.arguments.CommitOptions` (``max_retries``, ``custom_metadata``).
 
         >>> rows = pa.table({"id": [7], "event_date": [date(2025, 12, 12)], "country": ["US"]})
         >>> ns.write(rows, batch_id="2025-12-12").rows_written
@@ -398,23 +440,87 @@ class PartitionedNamespace:
         True
         """
         self._writable("write")
-        from lancepart.write.local import write_local
-
-        if options.get("where") is not None:  # replace-where: docs/merge.md
-            from lancepart.write.merge import replace_where
-
+        retries, props = commit_settings(commit, max_retries)
+        if where is not None:  # replace-where: docs/merge.md
             if mode != "overwrite":
                 raise InvalidArgumentError(f"where= replaces the rows it matches: it needs mode='overwrite', "
                                            f"got mode={mode!r}")
-            result = replace_where(self, data, options.pop("where"), batch_id=batch_id, **options)
-            self._follow()
-            return result
-        options.pop("where", None)
-        result = write_local(self, data, mode=mode, batch_id=batch_id, **options)
+            given = {"expectations": expectations is not None, "chunk_rows": chunk_rows != 1_000_000,
+                     "index_on_write": index_on_write is not True}
+            if any(given.values()):
+                raise InvalidArgumentError(f"write(mode='overwrite', where=...) does not take "
+                                           f"{sorted(k for k, v in given.items() if v)}")
+            return self._replace_where(data, where, max_rows_per_file, batch_id, retries, props)
+        from lancepart.write.local import write_local
+
+        result = write_local(self, data, mode=mode, batch_id=batch_id, chunk_rows=chunk_rows,
+                             max_rows_per_file=max_rows_per_file, max_retries=retries, expectations=expectations,
+                             index_on_write=index_on_write, properties=props)
+        self._follow()
+        return result
+
+    @keyword_only()
+    @public_operation("overwrite")
+    def overwrite(
+        self,
+        data: pa.Table | pa.RecordBatchReader,
+        *,
+        where: str = "TRUE",
+        max_rows_per_file: int = 1_048_576,
+        batch_id: str | None = None,
+        commit: CommitOptions | None = None,
+        max_retries: int | None = None,
+    ) -> CommitResult:
+        """Replace every published row matching ``where`` (default ``"TRUE"``: the whole
+        namespace) with ``data``, in ONE ``__manifest`` commit: partitions the input has no rows
+        for lose their matching rows too (pyiceberg's ``Table.overwrite(df)``, deltalake's
+        ``mode="overwrite"``). Every input row must match ``where``
+        (:class:`~lancepart.errors.RowsOutsideFilterError` otherwise, nothing published);
+        ``details["rows_deleted"]``. The same commit as ``write(data, mode="overwrite",
+        where=...)`` (replace-where, docs/merge.md); to replace only the partitions the input
+        touches use :meth:`dynamic_partition_overwrite`.
+
+        >>> # ns.overwrite(day_rows, where="event_date = DATE '2025-12-10'", batch_id="2025-12-10")
+        """
+        self._writable("overwrite")
+        retries, props = commit_settings(commit, max_retries)
+        return self._replace_where(data, where, max_rows_per_file, batch_id, retries, props)
+
+    @keyword_only()
+    @public_operation("dynamic_partition_overwrite")
+    def dynamic_partition_overwrite(
+        self,
+        data: pa.Table | pa.RecordBatchReader,
+        *,
+        expectations: list[dict] | None = None,
+        chunk_rows: int = 1_000_000,
+        max_rows_per_file: int = 1_048_576,
+        index_on_write: bool = True,
+        batch_id: str | None = None,
+        commit: CommitOptions | None = None,
+        max_retries: int | None = None,
+    ) -> CommitResult:
+        """Replace the partitions ``data`` has rows for, and only those: every other partition
+        keeps its rows (pyiceberg's name for it; the same as ``write(data, mode="overwrite")``).
+        To replace the whole namespace (or every row a filter matches) use :meth:`overwrite`.
+
+        >>> # ns.dynamic_partition_overwrite(day_rows, batch_id="2025-12-10-rerun")
+        """
+        return self.write(data, mode="overwrite", expectations=expectations, chunk_rows=chunk_rows,
+                          max_rows_per_file=max_rows_per_file, index_on_write=index_on_write, batch_id=batch_id,
+                          commit=commit, max_retries=max_retries)
+
+    def _replace_where(self, data: Any, where: Any, max_rows_per_file: int, batch_id: str | None, max_retries: int,
+                       properties: Mapping[str, str]) -> CommitResult:
+        from lancepart.write.merge import replace_where
+
+        result = replace_where(self, data, where, batch_id=batch_id, max_retries=max_retries,
+                               max_rows_per_file=max_rows_per_file, properties=properties)
         self._follow()
         return result
 
     # ------------------------------------------------------------------ reading
+    @keyword_only()
     @public_operation("partitions", publishes=False)
     def partitions(self, filter: str | None = None) -> list[PartitionInfo]:
         """Published partition tables that may hold rows matching ``filter`` (a SQL boolean
@@ -456,6 +562,7 @@ class PartitionedNamespace:
             ))
         return out
 
+    @keyword_only()
     @public_operation("explain", publishes=False)
     def explain(self, filter: str | None) -> str:
         """For ``filter``: per spec version, the projected partition predicate and how many
@@ -465,6 +572,7 @@ class PartitionedNamespace:
 
         return prune(check_filter(filter), self._schema, self._specs, self._snapshot.table_pins()).explain()
 
+    @keyword_only()
     @public_operation("to_table", publishes=False)
     def to_table(self, filter: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """The published snapshot (every table at its ``read_version``/branch/tag) as one table:
@@ -483,6 +591,7 @@ class PartitionedNamespace:
                     storage_options=self.storage_options, scan_filter=scan_filter,
                     namespace_md=self._snapshot.metadata)
 
+    @keyword_only()
     @public_operation("to_batches", publishes=False)
     def to_batches(self, filter: str | None = None, columns: Sequence[str] | None = None, *,
                    batch_size: int | None = None) -> pa.RecordBatchReader:
@@ -505,13 +614,15 @@ class PartitionedNamespace:
                              namespace_md=self._snapshot.metadata, batch_size=batch_size)
         return typed_reader(reader, "to_batches", self.root)
 
+    @keyword_only()
     @public_operation("to_pandas", publishes=False)
-    def to_pandas(self, filter: str | None = None, columns: Sequence[str] | None = None) -> Any:
+    def to_pandas(self, filter: str | None = None, columns: Sequence[str] | None = None) -> pandas.DataFrame:
         """:meth:`to_table` as a pandas DataFrame."""
         return self.to_table(filter, columns).to_pandas()
 
+    @keyword_only()
     @public_operation("to_polars", publishes=False)
-    def to_polars(self, filter: str | None = None, columns: Sequence[str] | None = None) -> Any:
+    def to_polars(self, filter: str | None = None, columns: Sequence[str] | None = None) -> polars.DataFrame:
         """:meth:`to_table` as a Polars DataFrame (the ``lancepart[polars]`` extra;
         :class:`MissingDependencyError` naming it when Polars is not installed)."""
         from lancepart.read.engines import require, to_polars
@@ -519,9 +630,10 @@ class PartitionedNamespace:
         require("polars", "polars")
         return to_polars(self.to_table(filter, columns))
 
+    @keyword_only("connection")
     @public_operation("to_duckdb", publishes=False)
-    def to_duckdb(self, table_name: str, filter: str | None = None, columns: Sequence[str] | None = None,
-                  connection: Any = None) -> Any:
+    def to_duckdb(self, table_name: str, filter: str | None = None, columns: Sequence[str] | None = None, *,
+                  connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
         """Register the snapshot's rows matching ``filter`` in DuckDB as ``table_name`` (on
         ``connection``, default DuckDB's default connection, which ``duckdb.sql`` uses) and return
         the connection. Every query over it streams the partitions again (:meth:`to_batches`, the
@@ -552,8 +664,10 @@ class PartitionedNamespace:
 
         return to_duckdb(stream, pa.schema([schema.field(c) for c in cols]), table_name, connection)
 
+    @keyword_only("table", "ctx")
     @public_operation("sql", publishes=False)
-    def sql(self, query: str, table: str = "t", ctx: Any = None) -> Any:
+    def sql(self, query: str, *, table: str = "t", ctx: datafusion.SessionContext | None = None
+            ) -> datafusion.DataFrame:
         """Run the DataFusion SQL ``query`` with the namespace as ``table`` and return the
         ``datafusion.DataFrame`` (``.to_arrow_table()``, ``.to_pandas()``, ...). The predicate the
         query applies to ``table`` prunes partitions through ``__manifest`` before anything is
@@ -572,8 +686,9 @@ class PartitionedNamespace:
 
         return sql(self, query, table, ctx)
 
+    @keyword_only()
     @public_operation("changes", publishes=False)
-    def changes(self, start_version: int, end_version: int | None = None, *, filter: str | None = None,
+    def changes(self, start_version: int, end_version: int | None = None, filter: str | None = None,
                 columns: Sequence[str] | None = None) -> pa.RecordBatchReader:
         """The change feed: the rows inserted and deleted by each ``__manifest`` commit after
         ``start_version`` up to ``end_version`` (default: this handle's version), streamed commit
@@ -595,6 +710,7 @@ class PartitionedNamespace:
         return typed_reader(change_stream(self, start_version, end_version, filter=filter, columns=columns),
                             "changes", self.root)
 
+    @keyword_only()
     @public_operation("scan_plan", publishes=False)
     def scan_plan(self, filter: str | None) -> tuple[list[PartitionInfo], str | None, str | None]:
         """What a read of ``filter`` scans, from one pruning pass over ``__manifest``: the kept
@@ -645,7 +761,7 @@ class PartitionedNamespace:
         return ds
 
     @public_operation("search", publishes=False)
-    def search(self, column: str, query: Any, k: int = 10, filter: str | None = None, *,
+    def search(self, column: str, query: Any, k: int = 10, filter: str | None = None,
                columns: Sequence[str] | None = None, **params: Any) -> pa.Table:
         """The ``k`` published rows nearest to vector ``query`` in ``column`` among those matching
         ``filter``, with ``_distance`` sorted ascending: partitions are pruned with the filter, each
@@ -660,8 +776,9 @@ class PartitionedNamespace:
 
         return search(self, column, query, k, filter, columns=columns, **params)
 
+    @keyword_only()
     @public_operation("search_text", publishes=False)
-    def search_text(self, column: str, query: str, k: int = 10, filter: str | None = None, *,
+    def search_text(self, column: str, query: str, k: int = 10, filter: str | None = None,
                     columns: Sequence[str] | None = None) -> pa.Table:
         """The ``k`` published rows that match full-text ``query`` on ``column`` best (``_score``
         descending), among those matching ``filter``; each searched table needs an INVERTED index.
@@ -674,15 +791,17 @@ class PartitionedNamespace:
         return search_text(self, column, query, k, filter, columns=columns)
 
     # ------------------------------------------------------------------ maintenance
+    @keyword_only("target_rows_per_fragment")
     @public_operation("compact")
-    def compact(self, filter: str | None = None, target_rows_per_fragment: int = 1_048_576,
-                **options: Any) -> CommitResult:
+    def compact(self, filter: str | None = None, *, target_rows_per_fragment: int = 1_048_576,
+                min_small_fragments: int = 2, materialize_deletions_threshold: float = 0.1,
+                compact_manifest_table: bool = True, commit: CommitOptions | None = None,
+                max_retries: int | None = None) -> CommitResult:
         """Rewrite the small fragments (and materialise the deleted rows) of the partition tables
         ``filter`` selects, working on their published versions, and publish them in one
         ``__manifest`` commit that is safe beside live writers. Tables pinned by ``read_tag`` /
-        ``read_branch`` are skipped. ``options``: ``min_small_fragments`` (2),
-        ``materialize_deletions_threshold`` (0.1), ``compact_manifest_table`` (True),
-        ``max_retries`` (20); see :func:`lancepart.maintenance.compact.compact`.
+        ``read_branch`` are skipped. ``min_small_fragments``, ``materialize_deletions_threshold``,
+        ``compact_manifest_table``: see :func:`lancepart.maintenance.compact.compact`.
 
         >>> _ = ns.write(pa.table({"id": [7], "event_date": [date(2025, 12, 10)], "country": ["US"]}))
         >>> result = ns.compact("event_date <= DATE '2025-12-10'")
@@ -692,10 +811,14 @@ class PartitionedNamespace:
         self._writable("compact")
         from lancepart.maintenance.compact import compact
 
-        result = compact(self, filter, target_rows_per_fragment, **options)
+        retries, props = commit_settings(commit, max_retries)
+        result = compact(self, filter, target_rows_per_fragment, min_small_fragments=min_small_fragments,
+                         materialize_deletions_threshold=materialize_deletions_threshold,
+                         compact_manifest_table=compact_manifest_table, max_retries=retries, properties=props)
         self.refresh()
         return result
 
+    @keyword_only()
     @public_operation("describe_namespace", publishes=False)
     def describe_namespace(self, id: Sequence[str]) -> dict[str, str]:
         """Runtime properties of a namespace (spec "Runtime Namespace Properties", Appendix E).
@@ -726,9 +849,10 @@ class PartitionedNamespace:
             props[f"partition.{f.field_id}"] = _display(value, f.result_type)
         return props
 
+    @keyword_only("dry_run")
     @public_operation("cleanup", outcome=_CLEANUP_OUTCOME)
-    def cleanup(self, older_than: timedelta = timedelta(days=7), dry_run: bool = False, *,
-                allow_short_retention: bool = False, **options: Any) -> CleanupStats:
+    def cleanup(self, older_than: timedelta = timedelta(days=7), *, allow_short_retention: bool = False,
+                max_workers: int = 8, dry_run: bool = False) -> CleanupStats:
         """Remove table and ``__manifest`` versions superseded more than ``older_than`` ago, files
         no version references and unreferenced partition table directories older than that;
         never what a ``read_version``, ``read_tag`` or ``read_branch`` pins
@@ -743,36 +867,44 @@ class PartitionedNamespace:
         from lancepart.maintenance.cleanup import cleanup
 
         stats = cleanup(self.root, older_than, dry_run=dry_run, storage_options=self.storage_options,
-                        allow_short_retention=allow_short_retention, **options)
+                        allow_short_retention=allow_short_retention, max_workers=max_workers)
         self.refresh()
         return stats
 
     @public_operation("repair")
-    def _repair_open(self, dry_run: bool = False, *, max_retries: int = 20) -> Any:
+    def _repair_open(self, *, dry_run: bool = False, commit: CommitOptions | None = None,
+                     max_retries: int | None = None) -> RepairReport:
         self._writable("repair")
         from lancepart.ops.repair import repair
 
-        report = repair(self._manifest, dry_run=dry_run, max_retries=max_retries)
+        retries, props = commit_settings(commit, max_retries)
+        report = repair(self._manifest, dry_run=dry_run, max_retries=retries, properties=props)
         if not dry_run:
             self.refresh()
         return report
 
     @classmethod
     @public_operation("repair", root_arg=1)
-    def _repair_root(cls, root: str | os.PathLike[str], dry_run: bool = False, *,
-                     storage_options: Mapping[str, str] | None = None, max_retries: int = 20) -> Any:
+    def _repair_root(cls, root: str | os.PathLike[str], *, dry_run: bool = False,
+                     storage_options: Mapping[str, str] | None = None, commit: CommitOptions | None = None,
+                     max_retries: int | None = None) -> RepairReport:
         from lancepart.ops.repair import repair
 
-        return repair(Manifest(_resolve_root(root), storage_options), dry_run=dry_run, max_retries=max_retries)
+        retries, props = commit_settings(commit, max_retries)
+        return repair(Manifest(_resolve_root(root), storage_options), dry_run=dry_run, max_retries=retries,
+                      properties=props)
 
-    def _repair_on_class(cls, root: str | os.PathLike[str] | PartitionedNamespace, dry_run: bool = False, *,
-                         storage_options: Mapping[str, str] | None = None, max_retries: int = 20) -> Any:
+    @keyword_only("dry_run")
+    def _repair_on_class(cls, root: str | os.PathLike[str] | PartitionedNamespace, *, dry_run: bool = False,
+                         storage_options: Mapping[str, str] | None = None, commit: CommitOptions | None = None,
+                         max_retries: int | None = None) -> RepairReport:
         """Restore ``__manifest`` after a tool that knows only the directory namespace rewrote it
         without lancepart's columns (``read_version``, ``read_branch``, ``read_tag``,
         ``partition_field_*``): from the newest earlier version that has them, keeping the rows
         and table metadata that tool added, in one commit, and set the flag that makes Lance's
         DirectoryNamespace refuse to rewrite it again. Returns a
-        :class:`lancepart.ops.repair.RepairReport`; ``dry_run=True`` only reports.
+        :class:`lancepart.ops.repair.RepairReport`; ``dry_run=True`` only reports; ``commit``:
+        :class:`~lancepart.arguments.CommitOptions` of the restoring commit.
 
         ``PartitionedNamespace.repair(root, storage_options=...)`` works on the root without opening
         it: what to use when ``open`` raises :class:`CorruptNamespaceError` for the lost columns.
@@ -784,18 +916,22 @@ class PartitionedNamespace:
         False
         """
         if isinstance(root, PartitionedNamespace):  # PartitionedNamespace.repair(ns): the method called unbound
-            return root._repair_open(dry_run, max_retries=max_retries)
-        return cls._repair_root(root, dry_run, storage_options=storage_options, max_retries=max_retries)
+            return root._repair_open(dry_run=dry_run, commit=commit, max_retries=max_retries)
+        return cls._repair_root(root, dry_run=dry_run, storage_options=storage_options, commit=commit,
+                                max_retries=max_retries)
 
-    def _repair_on_instance(self, dry_run: bool = False, *, max_retries: int = 20) -> Any:
-        return self._repair_open(dry_run, max_retries=max_retries)
+    @keyword_only("dry_run")
+    def _repair_on_instance(self, *, dry_run: bool = False, commit: CommitOptions | None = None,
+                            max_retries: int | None = None) -> RepairReport:
+        return self._repair_open(dry_run=dry_run, commit=commit, max_retries=max_retries)
 
     _repair_on_instance.__doc__ = _repair_on_class.__doc__
     repair = _ClassOrInstanceMethod(_repair_on_class, _repair_on_instance)
     del _repair_on_class, _repair_on_instance
 
+    @keyword_only("deep")
     @public_operation("verify", publishes=False)
-    def verify(self, deep: bool = False) -> VerifyReport:
+    def verify(self, *, deep: bool = False) -> VerifyReport:
         """Check that everything published can be read and is what it claims to be: the
         ``__manifest`` columns, every table at its pinned version and every file it references,
         table schemas against the namespace schema and, with ``deep=True``, every row read and
@@ -810,8 +946,10 @@ class PartitionedNamespace:
 
         return verify(self.root, self.storage_options, deep=deep, open_namespace=_open_for_verify)
 
+    @keyword_only("dry_run")
     @public_operation("drop_partitions")
-    def drop_partitions(self, filter: str, dry_run: bool = False, **options: Any) -> CommitResult:
+    def drop_partitions(self, filter: str, *, dry_run: bool = False, commit: CommitOptions | None = None,
+                        max_retries: int | None = None) -> CommitResult:
         """Remove every partition ``filter`` selects entirely from ``__manifest`` in one publish
         (files stay for cleanup). The filter may only name identity-partitioned columns
         (:mod:`lancepart.maintenance.drop`); ``details["dropped"]`` lists what went.
@@ -824,12 +962,15 @@ class PartitionedNamespace:
         self._writable("drop_partitions")
         from lancepart.maintenance.drop import drop_partitions
 
-        result = drop_partitions(self, filter, dry_run=dry_run, **options)
+        retries, props = commit_settings(commit, max_retries)
+        result = drop_partitions(self, filter, dry_run=dry_run, max_retries=retries, properties=props)
         self.refresh()
         return result
 
+    @keyword_only()
     @public_operation("delete")
-    def delete(self, filter: str, *, max_retries: int = 20) -> CommitResult:
+    def delete(self, filter: str, *, commit: CommitOptions | None = None, max_retries: int | None = None
+               ) -> CommitResult:
         """Delete every published row matching ``filter`` (SQL over source columns) in one publish:
         Lance deletions on the published version of each partition the pruner keeps, then one
         ``__manifest`` commit (:mod:`lancepart.maintenance.delete`); ``details["rows_deleted"]``.
@@ -840,12 +981,15 @@ class PartitionedNamespace:
         self._writable("delete")
         from lancepart.maintenance.delete import delete
 
-        result = delete(self, filter, max_retries=max_retries)
+        retries, props = commit_settings(commit, max_retries)
+        result = delete(self, filter, max_retries=retries, properties=props)
         self.refresh()
         return result
 
+    @keyword_only()
     @public_operation("rollback")
-    def rollback(self, version: int, *, max_retries: int = 20) -> CommitResult:
+    def rollback(self, version: int, *, commit: CommitOptions | None = None, max_retries: int | None = None
+                 ) -> CommitResult:
         """Publish the partition tables of ``__manifest`` version ``version`` as a new version:
         the namespace reads as that snapshot did (:mod:`lancepart.maintenance.rollback`). Table
         versions move forward to copies of the old ones; batch ids published since are recorded
@@ -857,13 +1001,16 @@ class PartitionedNamespace:
         self._writable("rollback")
         from lancepart.maintenance.rollback import rollback
 
-        result = rollback(self, version, max_retries=max_retries)
+        retries, props = commit_settings(commit, max_retries)
+        result = rollback(self, version, max_retries=retries, properties=props)
         self.refresh()
         return result
 
+    @keyword_only("when_matched", "when_not_matched")
     @public_operation("merge")
-    def merge(self, data: pa.Table | pa.RecordBatchReader, on: Sequence[str], when_matched: str = "update",
-              when_not_matched: str = "insert", *, batch_id: str | None = None, max_retries: int = 20) -> CommitResult:
+    def merge(self, data: pa.Table | pa.RecordBatchReader, on: Sequence[str], *, when_matched: str = "update",
+              when_not_matched: str = "insert", batch_id: str | None = None, commit: CommitOptions | None = None,
+              max_retries: int | None = None) -> CommitResult:
         """Upsert ``data`` by the key columns ``on`` in one publish (:mod:`lancepart.write.merge`):
         published rows whose key is in the input are replaced (``when_matched="update"``, even
         into another partition) or kept (``"ignore"``); the other input rows are inserted
@@ -879,13 +1026,16 @@ class PartitionedNamespace:
         self._writable("merge")
         from lancepart.write.merge import merge
 
-        result = merge(self, data, on, when_matched, when_not_matched, batch_id=batch_id, max_retries=max_retries)
+        retries, props = commit_settings(commit, max_retries)
+        result = merge(self, data, on, when_matched, when_not_matched, batch_id=batch_id, max_retries=retries,
+                       properties=props)
         self.refresh()
         return result
 
     @public_operation("create_index")
     def create_index(self, column: str, index_type: str, *, name: str | None = None, replace: bool = False,
-                     min_rows: int | None = None, max_retries: int = 20, **params: Any) -> CommitResult:
+                     min_rows: int | None = None, commit: CommitOptions | None = None, max_retries: int | None = None,
+                     **params: Any) -> CommitResult:
         """Declare a Lance index (vector: IVF_PQ, IVF_HNSW_SQ, ...; INVERTED; BTREE, BITMAP,
         LABEL_LIST) on ``column`` and build it on every published partition table of at least
         ``min_rows`` rows (default 10000), published in one ``__manifest`` commit; writes and
@@ -898,22 +1048,27 @@ class PartitionedNamespace:
         self._writable("create_index")
         from lancepart.maintenance.indexes import create_index
 
+        retries, props = commit_settings(commit, max_retries)
         result = create_index(self, column, index_type, name=name, replace=replace, min_rows=min_rows,
-                              max_retries=max_retries, **params)
+                              max_retries=retries, properties=props, **params)
         self.refresh()
         return result
 
+    @keyword_only()
     @public_operation("drop_index")
-    def drop_index(self, name: str, *, max_retries: int = 20) -> CommitResult:
+    def drop_index(self, name: str, *, commit: CommitOptions | None = None, max_retries: int | None = None
+                   ) -> CommitResult:
         """Remove the declared index ``name`` and drop it from every published partition table
         in one publish."""
         self._writable("drop_index")
         from lancepart.maintenance.indexes import drop_index
 
-        result = drop_index(self, name, max_retries=max_retries)
+        retries, props = commit_settings(commit, max_retries)
+        result = drop_index(self, name, max_retries=retries, properties=props)
         self.refresh()
         return result
 
+    @keyword_only()
     @public_operation("list_indexes", publishes=False)
     def list_indexes(self) -> list[dict[str, Any]]:
         """The declared indexes with their coverage: ``tables``, ``above_min_rows``, ``indexed``,

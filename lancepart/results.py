@@ -72,8 +72,8 @@ class EvolveResult(CommitResult):
     def __getattr__(self, name: str) -> Any:
         spec = self.__dict__.get("spec")
         if name in _SPEC_ATTRIBUTES and spec is not None:
-            warnings.warn(f"ns.evolve() returns an EvolveResult (a CommitResult): use result.spec.{name} instead of "
-                          f"result.{name}", DeprecationWarning, stacklevel=2)
+            warnings.warn(f"ns.update_spec() returns an EvolveResult (a CommitResult): use result.spec.{name} "
+                          f"instead of result.{name}", DeprecationWarning, stacklevel=2)
             return getattr(spec, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -81,7 +81,7 @@ class EvolveResult(CommitResult):
         from lancepart.model.spec import PartitionSpec
 
         if isinstance(other, PartitionSpec):
-            warnings.warn("ns.evolve() returns an EvolveResult (a CommitResult): compare result.spec with a "
+            warnings.warn("ns.update_spec() returns an EvolveResult (a CommitResult): compare result.spec with a "
                           "PartitionSpec", DeprecationWarning, stacklevel=2)
             return self.spec == other
         if other.__class__ is not self.__class__:

@@ -5,6 +5,7 @@
     lancepart partitions ROOT [--filter SQL]
     lancepart explain ROOT [FILTER | --filter SQL]
     lancepart ingest ROOT FILE... [--format F] [--mode append|overwrite] [--batch-id ID] [--chunk-rows N]
+    lancepart overwrite ROOT FILE... [--where SQL] [--format F] [--batch-id ID]
     lancepart compact ROOT [--filter SQL] [--target-rows-per-fragment N]
     lancepart cleanup ROOT [--older-than 7d] [--dry-run] [--allow-short-retention]
     lancepart evolve ROOT --spec FILE|JSON
@@ -57,6 +58,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from lancepart.arguments import CommitOptions
 from lancepart.cli.args import (  # re-exported: callers and tests import them from here
     STORAGE_OPTIONS_ENV,
     UsageError,
@@ -128,7 +130,7 @@ def _cmd_create(args: argparse.Namespace) -> Any:
 def _cmd_rollback(args: argparse.Namespace) -> Any:
     ns = _open(args)
     _Progress(args.quiet)(f"rolling {ns.root} back to __manifest version {args.version}")
-    result = ns.rollback(args.version, max_retries=args.max_retries)
+    result = ns.rollback(args.version, commit=_commit(args), max_retries=args.max_retries)
     if args.json:
         return {"root": ns.root, **result.to_dict()}
     d = result.details
@@ -153,8 +155,8 @@ def _cmd_ingest(args: argparse.Namespace) -> Any:
     ns = _open(args)
     progress = _Progress(args.quiet)
     reader = input_reader(files, args.format, ns.schema, progress, report_every=args.chunk_rows)
-    result = ns.write(reader, mode=args.mode, batch_id=args.batch_id, chunk_rows=args.chunk_rows,
-                      max_retries=args.max_retries)
+    result = ns.write(reader, mode=args.mode, chunk_rows=args.chunk_rows, batch_id=args.batch_id,
+                      commit=_commit(args), max_retries=args.max_retries)
     out = {"root": ns.root, "files": files, "mode": args.mode, **result.to_dict()}
     if args.json:
         return out
@@ -169,6 +171,29 @@ def _cmd_ingest(args: argparse.Namespace) -> Any:
     return None
 
 
+def _cmd_overwrite(args: argparse.Namespace) -> Any:
+    files = list(args.files)
+    if args.config and args.root is not None:  # with --config every positional is an input file
+        files.insert(0, args.root)
+        args.root = None
+    ns = _open(args)
+    progress = _Progress(args.quiet)
+    progress(f"replacing the rows of {ns.root} where {args.where} with {len(files)} file(s)")
+    reader = input_reader(files, args.format, ns.schema, progress)
+    result = ns.overwrite(reader, where=args.where, batch_id=args.batch_id, commit=_commit(args),
+                          max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, "files": files, "where": args.where, **result.to_dict()}
+    if result.skipped:
+        print(f"batch {result.batch_id!r} is already published in {ns.root}: nothing written "
+              f"(manifest version {result.manifest_version})")
+    else:
+        print(f"replaced {result.details.get('rows_deleted', 0)} rows of {ns.root} where {args.where} with "
+              f"{result.rows_written} rows from {len(files)} file(s): {result.partitions_touched} partitions "
+              f"({result.partitions_created} new), manifest version {result.manifest_version}")
+    return None
+
+
 # --------------------------------------------------------------------------- maintenance
 def _cmd_compact(args: argparse.Namespace) -> Any:
     from lancepart.config import CompactConfig, JobConfig
@@ -179,8 +204,9 @@ def _cmd_compact(args: argparse.Namespace) -> Any:
     filter = args.filter if args.filter is not None else cc.filter
     _Progress(args.quiet)(f"compacting {ns.root}" + (f" where {filter}" if filter else ""))
     result = ns.compact(filter, target_rows_per_fragment=args.target_rows_per_fragment or cc.target_rows_per_fragment,
-                        max_retries=args.max_retries, min_small_fragments=cc.min_small_fragments,
-                        materialize_deletions_threshold=cc.materialize_deletions_threshold)
+                        min_small_fragments=cc.min_small_fragments,
+                        materialize_deletions_threshold=cc.materialize_deletions_threshold, commit=_commit(args),
+                        max_retries=args.max_retries)
     out = {"root": ns.root, **result.to_dict()}
     if result.failures:
         args.exit_code = EXIT_PROBLEMS
@@ -233,7 +259,7 @@ def _cmd_evolve(args: argparse.Namespace) -> Any:
     else:
         fields = value
     before = ns.current_spec.id
-    spec = ns.evolve(fields).spec
+    spec = ns.update_spec(fields).spec
     out = {"root": ns.root, "spec_id": spec.id, "created": spec.id != before, "spec": spec.to_json(),
            "manifest_version": ns.manifest_version}
     if args.json:
@@ -279,7 +305,8 @@ def _cmd_alter(args: argparse.Namespace) -> Any:
     if not (add or rename or drop or widen):
         raise UsageError("alter: give at least one of --add, --rename, --drop, --widen")
     ns = _open(args)
-    result = ns.update_schema(add=add, rename=rename, drop=drop, widen=widen, max_retries=args.max_retries)
+    result = ns.update_schema(add=add, rename=rename, drop=drop, widen=widen, commit=_commit(args),
+                              max_retries=args.max_retries)
     from lancepart.model.spec import field_id_of
 
     columns = [{"name": f.name, "type": str(f.type), "field_id": field_id_of(f), "nullable": f.nullable}
@@ -374,7 +401,7 @@ def _cmd_drop_partitions(args: argparse.Namespace) -> Any:
     ns = _open(args)
     _Progress(args.quiet)(f"dropping partitions of {ns.root} where {args.filter}"
                           + (" (dry run)" if args.dry_run else ""))
-    result = ns.drop_partitions(args.filter, dry_run=args.dry_run, max_retries=args.max_retries)
+    result = ns.drop_partitions(args.filter, dry_run=args.dry_run, commit=_commit(args), max_retries=args.max_retries)
     if args.json:
         return {"root": ns.root, **result.to_dict()}
     verb = "would drop" if args.dry_run else "dropped"
@@ -388,7 +415,7 @@ def _cmd_drop_partitions(args: argparse.Namespace) -> Any:
 def _cmd_delete(args: argparse.Namespace) -> Any:
     ns = _open(args)
     _Progress(args.quiet)(f"deleting rows of {ns.root} where {args.filter}")
-    result = ns.delete(args.filter, max_retries=args.max_retries)
+    result = ns.delete(args.filter, commit=_commit(args), max_retries=args.max_retries)
     if args.json:
         return {"root": ns.root, **result.to_dict()}
     for t in result.details["tables"]:
@@ -406,7 +433,7 @@ def _cmd_merge(args: argparse.Namespace) -> Any:
     progress(f"merging {len(args.files)} file(s) into {ns.root} on {on}")
     data = input_reader(list(args.files), args.format, ns.schema, progress).read_all()
     result = ns.merge(data, on, when_matched=args.when_matched, when_not_matched=args.when_not_matched,
-                      batch_id=args.batch_id, max_retries=args.max_retries)
+                      batch_id=args.batch_id, commit=_commit(args), max_retries=args.max_retries)
     if args.json:
         return {"root": ns.root, "files": list(args.files), **result.to_dict()}
     d = result.details
@@ -468,9 +495,10 @@ def _cmd_index(args: argparse.Namespace) -> Any:
     _Progress(args.quiet)(f"{args.action} index on {ns.root}: {' '.join(args.target)}")
     if args.action == "create":
         result = ns.create_index(args.target[0], args.target[1], name=args.name, replace=args.replace,
-                                 min_rows=args.min_rows, max_retries=args.max_retries, **dict(args.param or []))
+                                 min_rows=args.min_rows, commit=_commit(args), max_retries=args.max_retries,
+                                 **dict(args.param or []))
     else:
-        result = ns.drop_index(args.target[0], max_retries=args.max_retries)
+        result = ns.drop_index(args.target[0], commit=_commit(args), max_retries=args.max_retries)
     below = None
     if args.action == "create":  # say what min_rows left out: a small table is searched flat, unindexed
         decl = result.details["index"]
@@ -514,32 +542,26 @@ def _common(with_config: bool) -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from lancepart import __version__
+_Add = Callable[..., argparse.ArgumentParser]  # adds one subcommand: add(name, help, func, root=True, ...)
 
-    doc = __doc__.split("\n\n")
-    p = argparse.ArgumentParser(
-        prog="lancepart", description="Partitioned Lance namespaces: create, inspect, write and maintain.",
-        epilog=doc[3].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"lancepart {__version__}")
-    p.add_argument("--json", action="store_true", default=False, help="print one JSON document on stdout")
-    p.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
-                   help="a storage option for Lance (repeatable)")
-    p.add_argument("--storage-options-file", metavar="FILE", default=None,
-                   help="storage options for Lance from a JSON or YAML mapping (keeps secrets off the command line)")
-    p.add_argument("-q", "--quiet", action="store_true", default=False, help="no progress on stderr")
-    p.add_argument("--debug", action="store_true", default=False, help="print a traceback on unexpected errors")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+def _adder(sub: Any, epilog: str) -> _Add:
+    """The function each ``_parser_<command>`` adds its subcommand with: the common options,
+    ROOT (unless ``root=False``), the exit codes as epilog, ``func`` as what runs it."""
 
     def add(name: str, help: str, func: Callable[[argparse.Namespace], Any], root: bool = True,
             description: str | None = None, usage: str | None = None) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=description or help, parents=[_common(root)],
-                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc[3].strip(), usage=usage)
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog, usage=usage)
         if root:
             sp.add_argument("root", nargs="?", metavar="ROOT", help="namespace root: a directory or URI (s3://...)")
         sp.set_defaults(func=func)
         return sp
 
+    return add
+
+
+def _parser_create(add: _Add) -> None:
     c = add("create", "create a partitioned namespace from a schema and a partition spec", _cmd_create, root=False,
             description="Create a partitioned namespace: ROOT --schema --spec, or from a job config's "
                         "namespace.root/schema/spec (--config).")
@@ -552,22 +574,30 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "namespace.spec (and namespace.storage)")
     c.add_argument("--root", dest="root_opt", metavar="ROOT", help=argparse.SUPPRESS)  # older spelling of ROOT
 
+
+def _parser_describe(add: _Add) -> None:
     d = add("describe", "specs, schema, partition count, versions and sizes", _cmd_describe,
             description="Specs, schema, manifest version, partition count, and per partition table its "
                         "published rows, bytes on storage and number of versions, with totals.")
     d.add_argument("--tables", action="store_true", help="also list every partition table (text output)")
     d.add_argument("--no-sizes", action="store_true", help="skip rows, bytes and versions (no table is opened)")
 
+
+def _parser_partitions(add: _Add) -> None:
     ls = add("partitions", "list published partition tables (optionally pruned by a filter)", _cmd_partitions)
     ls.add_argument("--filter", metavar="SQL", help="SQL filter over source columns, e.g. "
                                                     "\"event_date = DATE '2025-12-10'\"")
 
+
+def _parser_history(add: _Add) -> None:
     hi = add("history", "the retained __manifest versions (snapshots), newest first", _cmd_history,
              description="Every retained __manifest version, newest first: version, time (UTC), operation, "
                          "batch id, rows and partition tables a write published. Each is a snapshot that "
                          "PartitionedNamespace.open(root, version=N) reads; cleanup decides how far back they go.")
     hi.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest versions")
 
+
+def _parser_changes(add: _Add) -> None:
     ch = add("changes", "the change feed: rows each __manifest commit inserted and deleted", _cmd_changes,
              description="The rows inserted and deleted by each __manifest commit after version N up to M "
                          "(default: the latest), one JSON object per line with _change_type (insert, delete, "
@@ -580,6 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--filter", metavar="SQL", help="only changed rows matching this SQL filter (prunes partitions)")
     ch.add_argument("--columns", metavar="C,C...", help="only these columns (and the three change columns)")
 
+
+def _parser_rollback(add: _Add) -> None:
     rb = add("rollback", "publish an older __manifest version's partition tables as a new version", _cmd_rollback,
              description="Make the namespace read as __manifest version N did, in one commit: each partition "
                          "table N pinned gets a new table version with exactly the fragments N read, tables N "
@@ -588,6 +620,8 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--version", required=True, type=_positive_int, metavar="N", help="the version to go back to")
     _max_retries(rb)
 
+
+def _parser_explain(add: _Add) -> None:
     ex = add("explain", "partitions kept and pruned per spec version for a filter", _cmd_explain,
              description="Per spec version: the partition predicate a filter projects to, how many partition "
                          "tables it keeps and prunes, what is pushed into each Lance scan, and the __manifest "
@@ -595,19 +629,42 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("filter", nargs="?", metavar="FILTER", help="SQL filter over source columns (default: none)")
     ex.add_argument("--filter", dest="filter_opt", metavar="SQL", help="the filter, as an option (as in `partitions`)")
 
+
+def _parser_ingest(add: _Add) -> None:
     ing = add("ingest", "write local files into the namespace in-process (no Spark) in one commit", _cmd_ingest,
               description="Write Parquet, CSV, JSON (newline-delimited) or Arrow IPC files into the namespace "
                           "without Spark, streamed in chunks, and publish them all in one __manifest commit.")
     ing.add_argument("files", nargs="+", metavar="FILE", help="input files; the format comes from the extension")
     ing.add_argument("--format", choices=FORMATS, help="input format of every FILE (default: by extension)")
     ing.add_argument("--mode", choices=("append", "overwrite"), default="append",
-                     help="append rows, or replace the partitions the input touches (default: append)")
+                     help="append rows, or overwrite: replace only the partitions the input has rows for (dynamic "
+                          "partition overwrite; the others keep theirs; `lancepart overwrite` replaces every row) "
+                          "(default: append)")
     ing.add_argument("--batch-id", metavar="ID",
                      help="exactly-once id: an id that is already published makes this a no-op (exit 0)")
     ing.add_argument("--chunk-rows", type=_positive_int, default=1_000_000, metavar="N",
                      help="rows planned and written per chunk; bounds memory (default: 1000000)")
     _max_retries(ing)
 
+
+def _parser_overwrite(add: _Add) -> None:
+    ow = add("overwrite", "replace every row (or those --where matches) with local files, in one commit",
+             _cmd_overwrite,
+             description="Replace every published row matching --where (default: TRUE, the whole namespace) with "
+                         "the rows of Parquet, CSV, JSON or Arrow IPC files, in one __manifest commit: partitions "
+                         "the files have no rows for lose their rows too (unlike `ingest --mode overwrite`, which "
+                         "replaces only the partitions the input touches). Every input row must match --where.")
+    ow.add_argument("files", nargs="+", metavar="FILE", help="input files; the format comes from the extension")
+    ow.add_argument("--where", default="TRUE", metavar="SQL",
+                    help="replace only the rows this SQL filter matches, e.g. \"event_date = DATE '2025-12-10'\" "
+                         "(default: TRUE, every row)")
+    ow.add_argument("--format", choices=FORMATS, help="input format of every FILE (default: by extension)")
+    ow.add_argument("--batch-id", metavar="ID",
+                    help="exactly-once id: an id that is already published makes this a no-op (exit 0)")
+    _max_retries(ow)
+
+
+def _parser_compact(add: _Add) -> None:
     cp = add("compact", "rewrite small fragments of partition tables, published in one commit", _cmd_compact)
     cp.add_argument("--filter", metavar="SQL", help="compact only the partitions this filter selects")
     cp.add_argument("--target-rows-per-fragment", type=_positive_int, metavar="N",
@@ -615,6 +672,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "else 1048576)")
     _max_retries(cp)
 
+
+def _parser_cleanup(add: _Add) -> None:
     cl = add("cleanup", "remove old table versions and unreferenced files", _cmd_cleanup,
              description="Remove table versions superseded longer than --older-than ago and files no version "
                          "references; never what a published read_version, read_tag or read_branch pins. "
@@ -627,6 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "key lancepart.retention_floor): only for a namespace no job writes to; running writes can "
                          "fail")
 
+
+def _parser_evolve(add: _Add) -> None:
     ev = add("evolve", "add a partition spec version", _cmd_evolve,
              description="Add partition spec version N+1 with the given fields; new writes use it, reads span "
                          "every version. Defining exactly the current spec again changes nothing.")
@@ -634,9 +695,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help='the new fields: [{"source_ids": [...], "transform": {...}, "result_type": {...}}, ...] '
                          'or {"fields": [...]}')
 
+
+def _parser_migrate(add: _Add) -> None:
     mg = add("migrate", "bring a namespace written by an older layout up to date", _cmd_migrate)
     mg.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
 
+
+def _parser_repair(add: _Add) -> None:
     rp = add("repair", "restore a __manifest another tool stripped of lancepart's columns", _cmd_repair,
              description="Restore read_version/read_branch/read_tag and the partition_field_* columns of a "
                          "__manifest that a directory-namespace-only tool rewrote, from its history, keeping "
@@ -645,6 +710,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--dry-run", action="store_true", help="report what would be restored, change nothing")
 
 
+def _parser_verify(add: _Add) -> None:
     vf = add("verify", "check that every published table and file is there and right (exit 3: problems)",
              _cmd_verify, description="Check __manifest's columns, that every published table opens at its "
                                       "pinned version, that every file it references exists and that its schema "
@@ -652,6 +718,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "partition values. Exit code 3 when problems are found.")
     vf.add_argument("--deep", action="store_true", help="read every row and recompute its partition values")
 
+
+def _parser_drop_partitions(add: _Add) -> None:
     dp = add("drop-partitions", "remove whole partitions from __manifest in one commit (files stay for cleanup)",
              _cmd_drop_partitions,
              description="Remove every partition the filter selects entirely from __manifest in one commit. The "
@@ -660,6 +728,8 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--dry-run", action="store_true", help="list what would be dropped, change nothing")
     _max_retries(dp)
 
+
+def _parser_delete(add: _Add) -> None:
     dl = add("delete", "delete the rows matching a filter from every partition, in one commit", _cmd_delete,
              description="Delete every published row for which the filter is TRUE: Lance deletions on the "
                          "published version of each partition that may hold one, then one __manifest commit "
@@ -667,6 +737,8 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--filter", required=True, metavar="SQL", help="e.g. \"user_id = 42\"; 'TRUE' deletes every row")
     _max_retries(dl)
 
+
+def _parser_merge(add: _Add) -> None:
     mg = add("merge", "upsert rows from local files by key columns, in one commit", _cmd_merge,
              description="Merge (upsert) Parquet, CSV, JSON or Arrow IPC files by key columns: published rows "
                          "whose key is in the input are replaced (even into another partition), the others are "
@@ -678,6 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("--when-not-matched", choices=("insert", "ignore"), default="insert")
     mg.add_argument("--batch-id", metavar="ID", help="exactly-once id: already published makes this a no-op")
     _max_retries(mg)
+
+
+def _parser_alter(add: _Add) -> None:
     al = add("alter", "change the namespace schema: add, rename, drop or widen columns, in one commit", _cmd_alter,
              description="Change the namespace schema in one __manifest commit. New columns are nullable and get "
                          "fresh field ids (never reused); renamed columns keep theirs (partition specs on them "
@@ -691,6 +766,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="widen a column's type losslessly, e.g. n:int64, x:float64, s:large_string (repeatable)")
     _max_retries(al)
 
+
+def _parser_search(add: _Add) -> None:
     se = add("search", "nearest rows to a vector, or best full-text matches, across partitions", _cmd_search,
              description="The --k published rows nearest to the vector --query in --column (a JSON list of "
                          "numbers; _distance ascending), or with --text the best full-text matches (_score "
@@ -709,6 +786,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--param", action="append", type=_index_param, metavar="KEY=VALUE",
                     help="a Lance search parameter (JSON value), e.g. nprobes=20 or refine_factor=5; repeatable")
 
+
+def _parser_index(add: _Add) -> None:
     ix = add("index", "declare, drop or list the indexes kept on every partition table", _cmd_index,
              usage="%(prog)s ROOT {create,drop,list} [ARG ...] [options]\n"
                    "       %(prog)s {create,drop,list} ROOT [ARG ...] [options]\n"
@@ -729,13 +808,59 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--param", action="append", type=_index_param, metavar="KEY=VALUE",
                     help="a Lance index parameter (JSON value), e.g. num_partitions=16; repeatable")
     _max_retries(ix)
+
+
+# the subcommands, in the order `lancepart --help` lists them
+_PARSERS = (
+    _parser_create, _parser_describe, _parser_partitions, _parser_history, _parser_changes, _parser_rollback,
+    _parser_explain, _parser_ingest, _parser_overwrite, _parser_compact, _parser_cleanup, _parser_evolve,
+    _parser_migrate, _parser_repair, _parser_verify, _parser_drop_partitions, _parser_delete, _parser_merge,
+    _parser_alter, _parser_search, _parser_index,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lancepart import __version__
+
+    doc = __doc__.split("\n\n")
+    p = argparse.ArgumentParser(
+        prog="lancepart", description="Partitioned Lance namespaces: create, inspect, write and maintain.",
+        epilog=doc[3].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"lancepart {__version__}")
+    p.add_argument("--json", action="store_true", default=False, help="print one JSON document on stdout")
+    p.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
+                   help="a storage option for Lance (repeatable)")
+    p.add_argument("--storage-options-file", metavar="FILE", default=None,
+                   help="storage options for Lance from a JSON or YAML mapping (keeps secrets off the command line)")
+    p.add_argument("-q", "--quiet", action="store_true", default=False, help="no progress on stderr")
+    p.add_argument("--debug", action="store_true", default=False, help="print a traceback on unexpected errors")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add = _adder(sub, doc[3].strip())
+    for define in _PARSERS:
+        define(add)
     return p
 
 
 def _max_retries(p: argparse.ArgumentParser) -> None:
+    """The commit options of a command that publishes (``CommitOptions`` in Python)."""
     p.add_argument("--max-retries", type=lambda t: _positive_int(t, least=0), default=20, metavar="N",
                    help=f"__manifest commit attempts after a conflict with a concurrent writer before giving up "
                         f"with exit code {EXIT_RETRY} (default: 20)")
+    p.add_argument("--commit-metadata", action="append", type=_key_value, metavar="KEY=VALUE",
+                   help="recorded with the __manifest commit (`lancepart history --json` shows it in properties); "
+                        "repeatable; keys starting with lancepart. are refused")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key.strip(), value
+
+
+def _commit(args: argparse.Namespace) -> CommitOptions:
+    """The ``commit=`` of a publishing command: its ``--commit-metadata`` pairs."""
+    return CommitOptions(custom_metadata=dict(args.commit_metadata or []) or None)
 
 
 def _merge_common(args: argparse.Namespace) -> None:

@@ -74,7 +74,7 @@ def _cmd_explain(args: argparse.Namespace) -> Any:
 
 
 def _cmd_history(args: argparse.Namespace) -> Any:
-    entries = _open(args).history(args.limit)
+    entries = _open(args).history(limit=args.limit)
     if not args.json:
         for e in entries:
             fields = (("batch_id", e.batch_id), ("rows", e.rows_written), ("rows_removed", e.rows_removed),

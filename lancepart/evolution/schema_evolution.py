@@ -220,7 +220,7 @@ def _index_declarations(metadata: Mapping[str, str], rename: Mapping[str, str], 
 
 def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, rename: Mapping[str, str] | None = None,
                   drop: Sequence[str] | None = None, widen: Mapping[str, pa.DataType] | None = None, *,
-                  max_retries: int = 20) -> CommitResult:
+                  max_retries: int = 20, properties: Mapping[str, str] | None = None) -> CommitResult:
     """Apply the change to the ``schema`` root property in one ``__manifest`` commit; on a
     conflict with a concurrent schema change, re-validate against the newest schema and retry."""
     started = time.monotonic()
@@ -248,7 +248,8 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
         faults.checkpoint("before_schema_commit")
         return ManifestChanges(metadata=updates), None
 
-    committed, _, retries = manifest.update(mutate, max_retries=max_retries, what="update_schema")
+    committed, _, retries = manifest.update(mutate, max_retries=max_retries, what="update_schema",
+                                            transaction_properties=properties)
     new, top = out["new"], out["top"]
     log.info("schema of %s updated (add=%s rename=%s drop=%s widen=%s) in __manifest version %d",
              manifest.uri, [f.name for f in add], rename, drop, {k: str(v) for k, v in widen.items()},

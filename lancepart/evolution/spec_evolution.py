@@ -138,7 +138,8 @@ def _add_columns(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> N
     manifest.update(mutate, max_retries=max_retries, what=f"partition columns of v{spec.id}")
 
 
-def _add_row(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> ManifestSnapshot:
+def _add_row(manifest: Manifest, spec: PartitionSpec, max_retries: int,
+             properties: Mapping[str, str] | None = None) -> ManifestSnapshot:
     """Step 2: the ``v<N>`` namespace row holding the pending spec (no-op when it is there)."""
 
     def mutate(snap: ManifestSnapshot):
@@ -156,7 +157,8 @@ def _add_row(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> Manif
         new = pa.Table.from_pylist([row], schema=snap.rows.schema)
         return pa.concat_tables([snap.rows, new]), None
 
-    snap, _, _ = manifest.update(mutate, max_retries=max_retries, what=f"evolve to v{spec.id}")
+    snap, _, _ = manifest.update(mutate, max_retries=max_retries, what=f"evolve to v{spec.id}",
+                                 transaction_properties=properties)
     return snap
 
 
@@ -164,7 +166,8 @@ class _Taken(Exception):
     """Internal: spec id already names another spec (a concurrent evolution got there first)."""
 
 
-def _publish(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> None:
+def _publish(manifest: Manifest, spec: PartitionSpec, max_retries: int,
+             properties: Mapping[str, str] | None = None) -> None:
     """Step 3: the root property ``partition_spec_v<N>`` (idempotent). Two processes may finish
     the same pending spec at once (its creator and one that rolls it forward); Lance refuses one
     of two concurrent metadata updates, and the loser finds the property set and is done."""
@@ -177,7 +180,7 @@ def _publish(manifest: Manifest, spec: PartitionSpec, max_retries: int) -> None:
         raise CorruptNamespaceError(f"{manifest.uri}: {spec.key} is published as {published}, but the v{spec.id} "
                                     f"namespace row holds {spec.to_json_string()}")
 
-    manifest.update(mutate, max_retries=max_retries, what=f"publish {spec.key}")
+    manifest.update(mutate, max_retries=max_retries, what=f"publish {spec.key}", transaction_properties=properties)
 
 
 def _roll_forward(manifest: Manifest, snap: ManifestSnapshot, published: dict[int, PartitionSpec],
@@ -191,7 +194,7 @@ def _roll_forward(manifest: Manifest, snap: ManifestSnapshot, published: dict[in
 
 
 def evolve(manifest: Manifest, schema: pa.Schema, fields: Sequence[PartitionField | Mapping[str, Any]], *,
-           max_retries: int = 20) -> EvolveResult:
+           max_retries: int = 20, properties: Mapping[str, str] | None = None) -> EvolveResult:
     """Add a new partition spec version with ``fields``; the result's ``spec`` is it, or the
     current spec when ``fields`` define exactly it (so a rerun is a no-op: ``created`` False)."""
     from lancepart.model.transforms import validate_spec  # engine-level checks (types, expressions)
@@ -216,10 +219,10 @@ def evolve(manifest: Manifest, schema: pa.Schema, fields: Sequence[PartitionFiel
         validate_spec(spec, schema, existing)
         _add_columns(manifest, spec, max_retries)
         try:
-            _add_row(manifest, spec, max_retries)
+            _add_row(manifest, spec, max_retries, properties)
         except _Taken:
             continue  # someone else evolved to this id first: roll it forward, take the next id
-        _publish(manifest, spec, max_retries)
+        _publish(manifest, spec, max_retries, properties)
         log.info("partition spec v%d published in %s: %s", spec.id, manifest.uri, spec.to_json_string())
         return _result(manifest, spec, before, attempt, started)
     raise CommitConflictError(f"evolving {manifest.uri}: {max_retries + 1} attempts lost to concurrent "

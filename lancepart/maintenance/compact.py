@@ -325,7 +325,8 @@ def keep_fragment_ids(rw: TableRewrite, committed: lance.LanceDataset) -> None:
         f.id = ids.get(_ident(f), f.id)
 
 
-def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, max_retries: int = 20) -> Published:
+def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, max_retries: int = 20,
+                       properties: Mapping[str, str] | None = None) -> Published:
     """Commit every rewritten table on top of its published version and move all their
     ``read_version`` in ONE ``__manifest`` commit, through the one publish path. A table whose
     rewritten fragments are gone from its published version (overwritten or compacted by someone
@@ -338,7 +339,7 @@ def publish_compaction(manifest: Manifest, rewrites: Sequence[TableRewrite], *, 
         return Published(manifest.snapshot(), False, {}, {}, set(), 0)
     op = _CompactionPublish(manifest, todo)
     pub = publish_changes(manifest, op.plan, what="compaction publish", unpublishable="leave_out",
-                          max_retries=max_retries)
+                          max_retries=max_retries, properties=properties)
     tables = {oid: (m.version, m.info) for oid, m in pub.made.items()}
     return Published(pub.snapshot, pub.committed, tables,
                      {o: r for o, r in pub.left_out.items() if o not in pub.failures}, op.rebased & set(tables),
@@ -459,6 +460,7 @@ def finish_compaction(
     max_retries: int = 20,
     compact_manifest_table: bool = True,
     failures: Mapping[str, str] | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Phase 3 and the ``__manifest`` maintenance; the :class:`CommitResult` of the compaction.
     ``failures`` (object_id -> message) are tables whose rewrite failed; with those the plan and
@@ -470,7 +472,7 @@ def finish_compaction(
     4. compact ``__manifest`` (:func:`compact_manifest`), unless ``compact_manifest_table`` is False;
     5. the result, logged with every table left out."""
     t = time.monotonic()
-    pub = publish_compaction(manifest, rewrites, max_retries=max_retries)
+    pub = publish_compaction(manifest, rewrites, max_retries=max_retries, properties=properties)
     phases["publish_s"] = round(time.monotonic() - t, 3)
     rewritten = {r.object_id: r for r in rewrites}
     details = _compaction_details(plan, pub, rewritten)
@@ -584,6 +586,7 @@ def compact(
     materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
     compact_manifest_table: bool = True,
     max_retries: int = 20,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Compact the partition tables ``filter`` selects, in-process, and publish them in one
     ``__manifest`` commit; ``partitions_touched`` is the number of tables compacted and
@@ -611,6 +614,6 @@ def compact(
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases,
                                max_retries=max_retries, compact_manifest_table=compact_manifest_table,
-                               failures={**upgrade_failures, **failures})
+                               failures={**upgrade_failures, **failures}, properties=properties)
     result.details["schema_upgraded"] = upgraded
     return result

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -52,7 +52,8 @@ log = logging.getLogger("lancepart.maintenance")
 
 
 def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
-           apply_tables: ApplyTables | None = None, phases: dict[str, Any] | None = None) -> CommitResult:
+           apply_tables: ApplyTables | None = None, phases: dict[str, Any] | None = None,
+           properties: Mapping[str, str] | None = None) -> CommitResult:
     """Delete every published row matching ``filter`` (SQL over source columns) in one publish.
     ``apply_tables`` runs the per-table deletes elsewhere (``lancepart.spark.delete``: on the
     executors); the ``__manifest`` commit and its rebase stay here.
@@ -76,7 +77,7 @@ def delete(ns: NamespaceHandle, filter: str, *, max_retries: int = 20,
     op = _Delete(ns, filter, apply_tables)
     pub = publish_changes(
         op.manifest, op.plan, what="delete", run=op.run if apply_tables is not None else None,
-        max_retries=max_retries,
+        max_retries=max_retries, properties=properties,
         properties_of=lambda made: {ROWS_REMOVED_PROPERTY: str(sum(m.info.rows for m in made)),
                                     PARTITIONS_PROPERTY: str(len(made))})
     applied = [m.info for _, m in sorted(pub.made.items())]

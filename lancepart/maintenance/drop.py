@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -86,8 +86,8 @@ class _Drop(CommitProducer):
     (:meth:`row_changes`), recomputed on each attempt's snapshot."""
 
     def __init__(self, manifest: Any, filter: str, schema: pa.Schema, specs: Any, *, dry_run: bool,
-                 max_retries: int) -> None:
-        super().__init__(manifest, what="drop_partitions", max_retries=max_retries)
+                 max_retries: int, properties: Mapping[str, str] | None = None) -> None:
+        super().__init__(manifest, what="drop_partitions", max_retries=max_retries, properties=properties)
         self.filter, self.schema, self.specs, self.dry_run = filter, schema, specs, dry_run
         self.info: dict[str, Any] = {"dropped": [], "namespaces_removed": 0}
 
@@ -107,8 +107,8 @@ class _Drop(CommitProducer):
         return None if self.dry_run else ManifestChanges(deletes=tuple(gone))
 
 
-def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, max_retries: int = 20
-                    ) -> CommitResult:
+def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, max_retries: int = 20,
+                    properties: Mapping[str, str] | None = None) -> CommitResult:
     """Remove from ``__manifest``, in one publish, every partition table ``filter`` selects
     entirely (and the namespace rows left without children). The tables' files stay until a
     cleanup collects them. ``dry_run`` reports what would go and publishes nothing.
@@ -124,7 +124,8 @@ def drop_partitions(ns: NamespaceHandle, filter: str, *, dry_run: bool = False, 
     ns.refresh()  # a stale handle must not miss partitions of a spec version evolved since it was opened
     schema, specs = ns.schema, ns.specs
 
-    producer = _Drop(ns.manifest, filter, schema, specs, dry_run=dry_run, max_retries=max_retries)
+    producer = _Drop(ns.manifest, filter, schema, specs, dry_run=dry_run, max_retries=max_retries,
+                     properties=properties)
     pub = producer.publish()
     snap, what, retries = pub.snapshot, producer.info, pub.retries
     result = CommitResult(

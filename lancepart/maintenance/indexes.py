@@ -84,7 +84,7 @@ def index_table(root: str, object_id: str, location: str, base: int, op_json: st
 
 
 def set_declaration(manifest: Manifest, key: str, value: str | None, check: Callable[[str | None], bool],
-                    max_retries: int = 20) -> str | None:
+                    max_retries: int = 20, properties: Mapping[str, str] | None = None) -> str | None:
     """Set (``value``) or remove (None) the root property ``key`` unless ``check(current)`` says
     it is as wanted already; the value it had. Retried over concurrent metadata commits."""
 
@@ -92,14 +92,16 @@ def set_declaration(manifest: Manifest, key: str, value: str | None, check: Call
         current = snap.metadata.get(key)
         return (None if check(current) else ManifestChanges(metadata={key: value})), current
 
-    _, previous, _ = manifest.update(mutate, max_retries=max_retries, what=f"set {key}")
+    _, previous, _ = manifest.update(mutate, max_retries=max_retries, what=f"set {key}",
+                                     transaction_properties=properties)
     return previous
 
 
 def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: int = 20,
                    apply_tables: ApplyTables | None = None,
                    still_wanted: Callable[[ManifestSnapshot], None] | None = None,
-                   leave_out_unreadable: bool = False) -> CommitResult:
+                   leave_out_unreadable: bool = False, properties: Mapping[str, str] | None = None
+                   ) -> CommitResult:
     """Apply ``op_json`` to the published version of every partition table and move all the
     changed ``read_version`` in ONE ``__manifest`` commit, through the one publish path (tables
     pinned to a branch or tag are skipped); ``apply_tables`` runs the per-table work elsewhere
@@ -128,7 +130,8 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
         return [Made(oid, base, version) for oid, base, version in apply_tables(snapshot_version, todo)]
 
     pub = publish_changes(manifest, plan, what=what, check=still_wanted, max_retries=max_retries,
-                          run=run if apply_tables is not None else None, leave_out_unreadable=leave_out_unreadable)
+                          run=run if apply_tables is not None else None, leave_out_unreadable=leave_out_unreadable,
+                          properties=properties)
     changed = {oid: m.version for oid, m in pub.made.items()}
     return CommitResult(
         manifest_version=pub.snapshot.version, partitions_touched=len(changed), retries=pub.retries,
@@ -140,7 +143,8 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
 
 def create_index(ns: NamespaceHandle, column: str, index_type: str, *, name: str | None = None,
                  replace: bool = False, min_rows: int | None = None, max_retries: int = 20,
-                 apply_tables: Callable[[str], ApplyTables] | None = None, **params: Any) -> CommitResult:
+                 apply_tables: Callable[[str], ApplyTables] | None = None,
+                 properties: Mapping[str, str] | None = None, **params: Any) -> CommitResult:
     """Declare an index and build it on every published partition table of at least ``min_rows``
     rows, published in one ``__manifest`` commit. Running it again with the same definition
     finishes an interrupted build (a no-op when every table has it); a different definition
@@ -158,7 +162,7 @@ def create_index(ns: NamespaceHandle, column: str, index_type: str, *, name: str
                 f"pass replace=True to rebuild it as {value}, or choose another name")
         return False
 
-    previous = set_declaration(ns.manifest, decl.key, value, same, max_retries)
+    previous = set_declaration(ns.manifest, decl.key, value, same, max_retries, properties)
     rebuild = [decl.name] if previous is not None and previous != value else []
     log.info("index %s declared in %s: %s", decl.name, ns.root, value)
 
@@ -169,22 +173,24 @@ def create_index(ns: NamespaceHandle, column: str, index_type: str, *, name: str
 
     op_json = op_to_json("maintain", [decl], rebuild, namespace_md=ns.snapshot().metadata)
     result = publish_tables(ns.manifest, op_json, f"create_index {decl.name}", max_retries=max_retries,
-                            apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted)
+                            apply_tables=apply_tables(op_json) if apply_tables else None, still_wanted=still_wanted,
+                            properties=properties)
     result.details.update(index=decl.to_dict())
     return result
 
 
 def drop_index(ns: NamespaceHandle, name: str, *, max_retries: int = 20,
-               apply_tables: Callable[[str], ApplyTables] | None = None) -> CommitResult:
+               apply_tables: Callable[[str], ApplyTables] | None = None,
+               properties: Mapping[str, str] | None = None) -> CommitResult:
     """Remove the declaration ``name`` (from then on no write keeps it), then drop the index from
     every published partition table in one publish. :class:`InvalidArgumentError` if it is not
     declared and no table has it."""
     ns.refresh()
     key = IndexDeclaration(name, "", "").key
-    previous = set_declaration(ns.manifest, key, None, lambda current: current is None, max_retries)
+    previous = set_declaration(ns.manifest, key, None, lambda current: current is None, max_retries, properties)
     op_json = op_to_json("drop", names=[name])
     result = publish_tables(ns.manifest, op_json, f"drop_index {name}", max_retries=max_retries,
-                            apply_tables=apply_tables(op_json) if apply_tables else None)
+                            apply_tables=apply_tables(op_json) if apply_tables else None, properties=properties)
     if previous is None and not result.partitions_touched:
         declared = ", ".join(d.name for d in declarations(ns.manifest.dataset().metadata)) or "none"
         raise InvalidArgumentError(f"no index named {name!r} is declared in {ns.root} (declared: {declared})")

@@ -141,8 +141,8 @@ class _Rollback(CommitProducer):
     the namespace rows they leave childless."""
 
     def __init__(self, root: str, manifest: Any, version: int, target: ManifestSnapshot, *,
-                 max_retries: int) -> None:
-        super().__init__(manifest, what=f"rollback to {version}", max_retries=max_retries)
+                 max_retries: int, properties: Mapping[str, str] | None = None) -> None:
+        super().__init__(manifest, what=f"rollback to {version}", max_retries=max_retries, properties=properties)
         self.root, self.version, self.target = root, version, target
         self.wanted = _partition_tables(target.rows)
         self.restored: dict[str, tuple[Any, int]] = {}  # object_id -> (its pins when restored, the version made)
@@ -252,7 +252,8 @@ class _Rollback(CommitProducer):
             batches.index_quietly(self.manifest, snap.version)
 
 
-def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20) -> CommitResult:
+def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20,
+             properties: Mapping[str, str] | None = None) -> CommitResult:
     """Publish snapshot ``version`` of ``__manifest`` as a new version (module docstring)."""
     started = time.monotonic()
     manifest = ns.manifest
@@ -266,7 +267,7 @@ def rollback(ns: NamespaceHandle, version: int, *, max_retries: int = 20) -> Com
             f"the batch id retention ({retention}); batch ids published before it may be forgotten, so the "
             f"rollback could not tell which reruns to allow; raise lancepart.batch_id_retention or choose a "
             f"later version")
-    producer = _Rollback(ns.root, manifest, version, target, max_retries=max_retries)
+    producer = _Rollback(ns.root, manifest, version, target, max_retries=max_retries, properties=properties)
     pub = producer.publish()
     snap, retries, info = pub.snapshot, pub.retries, producer.info
     what = producer.what

@@ -126,7 +126,8 @@ def _restored_rows(current: ManifestSnapshot, source: ManifestSnapshot) -> tuple
                   "carried": carried, "removed": removed}
 
 
-def repair(manifest: Manifest, *, dry_run: bool = False, max_retries: int = 20) -> RepairReport:
+def repair(manifest: Manifest, *, dry_run: bool = False, max_retries: int = 20,
+           properties: Mapping[str, str] | None = None) -> RepairReport:
     """Restore the lancepart columns of ``__manifest`` from its history (module docstring) and
     make sure Lance's DirectoryNamespace refuses to rewrite it again."""
     for attempt in range(max_retries + 1):
@@ -159,7 +160,7 @@ def repair(manifest: Manifest, *, dry_run: bool = False, max_retries: int = 20) 
         if dry_run:
             return RepairReport(**report)
         try:
-            new = manifest.restore(current, rows)
+            new = manifest.restore(current, rows, properties)
         except ManifestConflict:
             backoff(attempt)
             continue

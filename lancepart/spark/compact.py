@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from lancepart.arguments import CommitOptions, commit_settings
 from lancepart.deprecation import keyword_only
 from lancepart.errors import InvalidArgumentError
 from lancepart.maintenance.compact import (
@@ -48,20 +49,21 @@ def _rewrite_task(root: str) -> Task:
     return run
 
 
-@keyword_only("storage_options")
+@keyword_only("target_rows_per_fragment", "storage_options")
 @public_operation("lps.compact", root_arg=1)
 def compact(
     spark,
     root: str,
     filter: str | None = None,
-    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     *,
-    storage_options: Mapping[str, str] | None = None,
+    target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
     min_small_fragments: int = DEFAULT_MIN_SMALL_FRAGMENTS,
     materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
     compact_manifest_table: bool = True,
-    max_retries: int = 20,
     tables_per_task: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    commit: CommitOptions | None = None,
+    max_retries: int | None = None,
 ) -> CommitResult:
     """Compact the partition tables of ``root`` that ``filter`` selects on the executors and
     publish them in one ``__manifest`` commit (same result as ``ns.compact``).
@@ -77,11 +79,12 @@ def compact(
         lps.compact(spark, "/data/events", target_rows_per_fragment=1 << 20)
     """
     register(spark, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
+    retries, props = commit_settings(commit, max_retries)
     return _compact(lambda: spark, root, filter, target_rows_per_fragment, storage_options=storage_options,
                     min_small_fragments=min_small_fragments,
                     materialize_deletions_threshold=materialize_deletions_threshold,
-                    compact_manifest_table=compact_manifest_table, max_retries=max_retries,
-                    tables_per_task=tables_per_task)
+                    compact_manifest_table=compact_manifest_table, max_retries=retries,
+                    tables_per_task=tables_per_task, properties=props)
 
 
 @public_operation("lps.compact", root_arg=1)
@@ -114,7 +117,7 @@ def _compact(session: Callable[[], Any], root: str, filter: str | None, target_r
              min_small_fragments: int = DEFAULT_MIN_SMALL_FRAGMENTS,
              materialize_deletions_threshold: float = DEFAULT_DELETIONS_THRESHOLD,
              compact_manifest_table: bool = True, max_retries: int = 20,
-             tables_per_task: int | None = None) -> CommitResult:
+             tables_per_task: int | None = None, properties: Mapping[str, str] | None = None) -> CommitResult:
     started = time.monotonic()
     if tables_per_task is not None and (not isinstance(tables_per_task, int) or tables_per_task < 1):
         raise InvalidArgumentError(f"tables_per_task must be a positive integer, got {tables_per_task!r}")
@@ -134,6 +137,7 @@ def _compact(session: Callable[[], Any], root: str, filter: str | None, target_r
         failures = {d["object_id"]: d["message"] for d in answers if d.get("failed")}
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,
-                               compact_manifest_table=compact_manifest_table, failures=failures)
+                               compact_manifest_table=compact_manifest_table, failures=failures,
+                               properties=properties)
     log.info("spark compaction of %s: %d tables", ns.root, result.partitions_touched)
     return result

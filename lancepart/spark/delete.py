@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lancepart.arguments import CommitOptions, commit_settings
 from lancepart.deprecation import keyword_only
 from lancepart.evolution.schema_evolution import with_legacy_ids
 from lancepart.maintenance.delete import delete as _delete
@@ -52,7 +53,7 @@ def _delete_task(root: str, schema_json: str, filter: str, scan_filter: str | No
 @keyword_only("storage_options")
 @public_operation("lps.delete", root_arg=1)
 def delete(spark, root: str, filter: str, *, storage_options: Mapping[str, str] | None = None,
-           max_retries: int = 20) -> CommitResult:
+           commit: CommitOptions | None = None, max_retries: int | None = None) -> CommitResult:
     """Delete every published row of ``root`` matching ``filter``, the partition tables that may
     hold one spread over Spark tasks (about four per core), published in one ``__manifest`` commit (same result as
     ``ns.delete``).
@@ -63,6 +64,7 @@ def delete(spark, root: str, filter: str, *, storage_options: Mapping[str, str] 
         lps.delete(spark, "/data/events", "user_id = 42")
     """
     register(spark, strict=False)
+    retries, props = commit_settings(commit, max_retries)
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     phases: dict[str, Any] = {"spark_jobs": 0, "spark_tasks": 0, "tables_s": 0.0}
 
@@ -73,7 +75,7 @@ def delete(spark, root: str, filter: str, *, storage_options: Mapping[str, str] 
                                    _delete_task(ns.root, schema_json, filter, scan_filter, snapshot_version), phases)
         return [TableDelete(**d) for d in answers]
 
-    result = _delete(ns, filter, max_retries=max_retries, apply_tables=apply, phases=phases)
+    result = _delete(ns, filter, max_retries=retries, apply_tables=apply, phases=phases, properties=props)
     log.info("spark delete on %s: %d rows from %d tables", ns.root, result.details["rows_deleted"],
              result.partitions_touched)
     return result

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lancepart.arguments import CommitOptions, commit_settings
 from lancepart.deprecation import keyword_only
 from lancepart.maintenance.indexes import ApplyTables, TableTodo
 from lancepart.maintenance.indexes import create_index as _create_index
@@ -70,9 +71,9 @@ def _on_executors(spark, ns: PartitionedNamespace, phases: dict[str, Any]) -> Ca
 
 @keyword_only("storage_options")
 @public_operation("lps.create_index", root_arg=1)
-def create_index(spark, root: str, column: str, index_type: str, *,
-                 storage_options: Mapping[str, str] | None = None, name: str | None = None, replace: bool = False,
-                 min_rows: int | None = None, max_retries: int = 20, **params: Any) -> CommitResult:
+def create_index(spark, root: str, column: str, index_type: str, *, name: str | None = None, replace: bool = False,
+                 min_rows: int | None = None, storage_options: Mapping[str, str] | None = None,
+                 commit: CommitOptions | None = None, max_retries: int | None = None, **params: Any) -> CommitResult:
     """Declare an index and build it on every published partition table of ``root`` on the
     executors, published in one ``__manifest`` commit (same result as ``ns.create_index``).
 
@@ -81,10 +82,12 @@ def create_index(spark, root: str, column: str, index_type: str, *,
         from lancepart import spark as lps
         lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256, num_sub_vectors=16)
     """
+    retries, props = commit_settings(commit, max_retries)
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     phases: dict[str, Any] = {"spark_jobs": 0, "spark_tasks": 0, "tables_s": 0.0}
     result = _create_index(ns, column, index_type, name=name, replace=replace, min_rows=min_rows,
-                           max_retries=max_retries, apply_tables=_on_executors(spark, ns, phases), **params)
+                           max_retries=retries, apply_tables=_on_executors(spark, ns, phases), properties=props,
+                           **params)
     result.details.update(phases)
     log.info("spark create_index on %s: %d tables changed", ns.root, result.partitions_touched)
     return result
@@ -93,11 +96,13 @@ def create_index(spark, root: str, column: str, index_type: str, *,
 @keyword_only("storage_options")
 @public_operation("lps.drop_index", root_arg=1)
 def drop_index(spark, root: str, name: str, *, storage_options: Mapping[str, str] | None = None,
-               max_retries: int = 20) -> CommitResult:
+               commit: CommitOptions | None = None, max_retries: int | None = None) -> CommitResult:
     """Remove the declared index ``name`` and drop it from every partition table on the executors,
     in one publish (same result as ``ns.drop_index``)."""
+    retries, props = commit_settings(commit, max_retries)
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     phases: dict[str, Any] = {"spark_jobs": 0, "spark_tasks": 0, "tables_s": 0.0}
-    result = _drop_index(ns, name, max_retries=max_retries, apply_tables=_on_executors(spark, ns, phases))
+    result = _drop_index(ns, name, max_retries=retries, apply_tables=_on_executors(spark, ns, phases),
+                         properties=props)
     result.details.update(phases)
     return result

@@ -22,7 +22,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -51,6 +51,9 @@ from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 from lancepart.storage.error_mapping import public_operation
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 log = logging.getLogger("lancepart.spark")
 
 OUTPUT_BATCH_ROWS = 65_536
@@ -69,8 +72,8 @@ def _read_columns(columns: Sequence[str] | None, keys: Sequence[str]) -> list[st
 @keyword_only("storage_options", "spj")
 @public_operation("lps.explain_join", publishes=False, root_arg=0)
 def explain_join(left_root: str, right_root: str, on, how: str = "inner", filter_left: str | None = None,
-                 filter_right: str | None = None, *, storage_options: Mapping[str, str] | None = None,
-                 spj: bool = True) -> JoinPlan:
+                 filter_right: str | None = None, *, spj: bool = True,
+                 storage_options: Mapping[str, str] | None = None) -> JoinPlan:
     """How :func:`join` would run, without Spark: the partition groups of a storage-partitioned
     join, or why the join has to shuffle. ``str()`` of the result is a readable report.
 
@@ -161,10 +164,10 @@ def join(
     columns_left: Sequence[str] | None = None,
     columns_right: Sequence[str] | None = None,
     *,
-    storage_options: Mapping[str, str] | None = None,
     right_suffix: str = "_right",
     spj: bool = True,
-):
+    storage_options: Mapping[str, str] | None = None,
+) -> DataFrame:
     """Join two partitioned namespaces; storage-partitioned (no shuffle) when their partitioning
     of the join keys is compatible, else a normal Spark join with a logged warning.
 

@@ -29,6 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart.arguments import CommitOptions, commit_settings
+from lancepart.deprecation import keyword_only
 from lancepart.evolution.schema_evolution import with_legacy_ids
 from lancepart.model.spec import schema_to_json
 from lancepart.namespace import PartitionedNamespace
@@ -115,10 +117,12 @@ def _merge_write_task(matched: bytes, on: Sequence[str], update: bool, insert: b
     return run
 
 
+@keyword_only("when_matched", "when_not_matched")
 @public_operation("lps.merge", root_arg=1)
-def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_not_matched: str = "insert", *,
-          batch_id: str | None = None, storage_options: Mapping[str, str] | None = None, max_retries: int = 20,
-          flush_rows: int = 1_000_000, max_rows_per_file: int = 1_048_576) -> CommitResult:
+def merge(df, root: str, on: Sequence[str], *, when_matched: str = "update", when_not_matched: str = "insert",
+          flush_rows: int = 1_000_000, max_rows_per_file: int = 1_048_576, batch_id: str | None = None,
+          storage_options: Mapping[str, str] | None = None, commit: CommitOptions | None = None,
+          max_retries: int | None = None) -> CommitResult:
     """Upsert the Spark DataFrame ``df`` into the namespace at ``root`` by the key columns ``on``
     (same semantics, errors and result as ``ns.merge``), the per-table work on the executors.
 
@@ -130,6 +134,7 @@ def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_n
     spark = df.sparkSession
     register(spark, strict=False)
     started = time.monotonic()
+    retries, props = commit_settings(commit, max_retries)
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     input_schema = _arrow_schema_of(df)
@@ -178,8 +183,8 @@ def merge(df, root: str, on: Sequence[str], when_matched: str = "update", when_n
         plan = MergePlan(keys, on, when_matched, when_not_matched, match_tables, schema=schema)
         try:
             result = apply_change(ns, plan.evaluate, plan.candidates, what="merge", batch_id=batch_id,
-                                  max_retries=max_retries, max_rows_per_file=max_rows_per_file, write=write,
-                                  started=started, phases=phases, properties=merge_properties(on))
+                                  max_retries=retries, max_rows_per_file=max_rows_per_file, write=write,
+                                  started=started, phases=phases, properties={**props, **merge_properties(on)})
         finally:
             for b in shipped_keys:
                 b.destroy()

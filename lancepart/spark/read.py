@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,6 +42,9 @@ from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 from lancepart.storage.error_mapping import public_operation
 from lancepart.util.parallel import map_threads
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("lancepart.spark")
 
@@ -251,9 +254,9 @@ def read(
     filter: str | None = None,
     columns: Sequence[str] | None = None,
     *,
-    storage_options: Mapping[str, str] | None = None,
     split_rows: int | None = None,
-):
+    storage_options: Mapping[str, str] | None = None,
+) -> DataFrame:
     """The published snapshot of the namespace at ``root`` as a Spark DataFrame.
 
     ``filter`` (SQL over source columns, as DataFusion parses it) prunes partition tables

@@ -8,19 +8,21 @@ as a prefilter and applying the exact filter afterwards, with over-fetch); a win
 the best ``k`` per query, ties broken by partition table order and row id, as the in-process
 search does, so ``lps.search`` gives for each query the rows ``ns.search`` gives::
 
-    lps.search(spark, "/data/docs", queries_df, "embedding", k=10, filter="tenant = 'acme'",
+    lps.search(spark, "/data/docs", "embedding", queries_df, k=10, filter="tenant = 'acme'",
                id_column="qid").where("rank <= 3")
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from lancepart.deprecation import REMOVED_IN
 from lancepart.errors import InvalidArgumentError
 from lancepart.namespace import PartitionedNamespace
 from lancepart.read import search as _search
@@ -28,6 +30,9 @@ from lancepart.spark.read import arrow_schema_for, conform, info_from_json, info
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 from lancepart.storage.error_mapping import public_operation
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 PART, ROW_ID, DISTANCE, RANK = "_part", "_rowid", "_distance", "rank"
 
@@ -72,26 +77,34 @@ def _search_task(plan: _search.SearchPlan, dim: int, k: int, params: dict[str, A
 
 
 @public_operation("lps.search", publishes=False, root_arg=1)
-def search(spark, root: str, queries, column: str, k: int = 10, filter: str | None = None, *,
-           query_column: str = "query", id_column: str | None = None, columns: Sequence[str] | None = None,
-           storage_options: Mapping[str, str] | None = None, **params: Any):
+def search(spark, root: str, column: str, queries, k: int = 10, filter: str | None = None,
+           columns: Sequence[str] | None = None, *, query_column: str = "query", id_column: str | None = None,
+           storage_options: Mapping[str, str] | None = None, **params: Any) -> DataFrame:
     """For every row of ``queries`` (a DataFrame whose ``query_column`` holds a vector of the
     column's dimension), the ``k`` published rows nearest to it in vector column ``column`` among
     those matching ``filter``: a DataFrame of the query id, ``rank`` (1 = nearest), the row
     ``columns`` (all by default) and ``_distance``. ``id_column`` names the query id column of
     ``queries``; without it a ``query_id`` from ``monotonically_increasing_id()`` is added (pass
     one of your own for ids that stay the same across runs). ``params`` as for
-    :meth:`PartitionedNamespace.search` (``metric``, ``nprobes``, ``refine_factor``, ...).
+    :meth:`PartitionedNamespace.search` (``metric``, ``nprobes``, ``refine_factor``, ...). The
+    arguments come in the order of ``ns.search(column, query, k, filter, columns)``; the order
+    ``(spark, root, queries, column, ...)`` still works until lancepart 0.2, with a
+    :class:`DeprecationWarning`.
 
     Example::
 
-        lps.search(spark, "/data/docs", spark.createDataFrame([(1, [0.1] * 128)], "qid long, query array<float>"),
-                   "embedding", k=5, id_column="qid")
+        lps.search(spark, "/data/docs", "embedding",
+                   spark.createDataFrame([(1, [0.1] * 128)], "qid long, query array<float>"), k=5, id_column="qid")
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
+    if not isinstance(column, str) and isinstance(queries, str):  # (spark, root, queries, column, ...)
+        warnings.warn(f"lps.search(spark, root, queries, column, ...) is deprecated and works until lancepart "
+                      f"{REMOVED_IN}: pass lps.search(spark, root, column, queries, ...), the order of "
+                      f"ns.search(column, query, ...)", DeprecationWarning, stacklevel=3)
+        column, queries = queries, column
     register(spark, strict=False)
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     schema = ns.schema

@@ -34,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lancepart.arguments import CommitOptions, commit_settings
 from lancepart.deprecation import keyword_only
 from lancepart.errors import InvalidArgumentError
 from lancepart.evolution.file_format import data_storage_version
@@ -176,32 +177,34 @@ def _released(df, cached: bool) -> Iterator[None]:
             df.unpersist()
 
 
-@keyword_only("storage_options")
+@keyword_only("mode", "batch_id", "storage_options")
 @public_operation("lps.write", root_arg=1)
 def write(
     df,
     root: str,
-    mode: str = "append",
-    batch_id: str | None = None,
     *,
-    storage_options: Mapping[str, str] | None = None,
+    mode: str = "append",
+    expectations: list[dict[str, Any]] | None = None,
     flush_rows: int = 1_000_000,
     max_rows_per_file: int = 1_048_576,
-    max_retries: int = 20,
-    expectations: list[dict[str, Any]] | None = None,
     index_on_write: bool = True,
     write_threads: int = 8,
+    batch_id: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    commit: CommitOptions | None = None,
+    max_retries: int | None = None,
 ) -> CommitResult:
     """Write a Spark DataFrame into the partitioned namespace at ``root`` and publish it in one
     ``__manifest`` commit.
 
-    ``mode``: ``"append"`` or ``"overwrite"`` (dynamic partition overwrite). A ``batch_id``
+    ``mode``: ``"append"`` or ``"overwrite"``, a **dynamic partition overwrite**: only the
+    partitions the input has rows for are replaced, the others keep their rows. A ``batch_id``
     that is already published makes this a no-op with ``skipped=True``. ``expectations``
     run as a data-quality gate (:mod:`lancepart.ops.quality`) before anything is written.
     ``flush_rows`` bounds the rows a task buffers before writing its fragments;
     ``write_threads`` is how many of a flush's partition groups a task writes at once.
     ``index_on_write``: bring the declared indexes of the touched tables up to date before the
-    publish (docs/indexes.md).
+    publish (docs/indexes.md). ``commit``: :class:`~lancepart.arguments.CommitOptions`.
 
     Example::
 
@@ -211,6 +214,7 @@ def write(
     register(df.sparkSession, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     started = time.monotonic()
     check_mode(mode)
+    retries, props = commit_settings(commit, max_retries)
     if batch_id is not None:
         check_batch_id(batch_id)
     if not isinstance(write_threads, int) or isinstance(write_threads, bool) or write_threads < 1:
@@ -252,8 +256,8 @@ def write(
                            shipped, flush_rows, max_rows_per_file, write_threads, file_version)
         rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
     phases["write_s"] = round(time.monotonic() - t, 3)
-    return publish_fragments(manifest, spec, schema, rows, mode=mode, batch_id=batch_id, max_retries=max_retries,
-                             started=started, phases=phases, index_on_write=index_on_write)
+    return publish_fragments(manifest, spec, schema, rows, mode=mode, batch_id=batch_id, max_retries=retries,
+                             started=started, phases=phases, index_on_write=index_on_write, properties=props)
 
 
 def table_writes(rows) -> dict[str, TableChange]:
@@ -270,7 +274,7 @@ def table_writes(rows) -> dict[str, TableChange]:
 
 def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, batch_id: str | None,
                       max_retries: int, started: float, phases: dict[str, Any],
-                      index_on_write: bool = True) -> CommitResult:
+                      index_on_write: bool = True, properties: Mapping[str, str] | None = None) -> CommitResult:
     """The driver's part after the tasks: ``rows`` are what :func:`_write_task` returned (Spark
     rows or dicts with the same keys); create the new partitions' tables, publish everything in
     one ``__manifest`` commit and log the result. Shared by :func:`write` and the ``lancepart``
@@ -287,7 +291,7 @@ def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, bat
     new_tables = NewTables(manifest, spec, schema)
     result = publish(manifest, spec.namespace, list(writes.values()), mode=mode, batch_id=batch_id,
                      max_retries=max_retries, started=started, new_tables=new_tables,
-                     index_on_write=index_on_write)
+                     index_on_write=index_on_write, properties=properties)
     if new_tables.adopted:
         phases["adopted"] = new_tables.adopted
     phases["publish_s"] = round(time.monotonic() - t, 3)

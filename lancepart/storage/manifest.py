@@ -617,7 +617,8 @@ class Manifest:
             return False
         return True
 
-    def restore(self, base: ManifestSnapshot, rows: pa.Table) -> ManifestSnapshot:
+    def restore(self, base: ManifestSnapshot, rows: pa.Table,
+                transaction_properties: Mapping[str, str] | None = None) -> ManifestSnapshot:
         """Replace the rows *and the schema* of ``base`` by ``rows`` in one commit (a Lance
         ``Overwrite``; the table metadata of ``base`` is kept), or raise :class:`ManifestConflict`
         if anything committed since ``base``: Lance may not rebase this commit over another.
@@ -626,6 +627,9 @@ class Manifest:
                                                 storage_options=self.storage_options)
                  if rows.num_rows else [])
         op = LanceOperation.Overwrite(rows.schema, frags)
+        if transaction_properties:
+            op = lance.Transaction(read_version=base.version, operation=op,
+                                   transaction_properties=dict(transaction_properties))
         try:
             new = lance.LanceDataset.commit(self.uri, op, read_version=base.version, max_retries=0,
                                             storage_options=self.storage_options, commit_lock=self.commit_lock)

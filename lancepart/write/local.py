@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -92,6 +92,7 @@ def _write_local(
     max_retries: int = 20,
     expectations: list[dict] | None = None,
     index_on_write: bool = True,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Write ``data`` into ``ns`` in one ``__manifest`` commit:
 
@@ -115,7 +116,7 @@ def _write_local(
     # a table in memory already: one pass, so each partition gets one fragment (per
     # max_rows_per_file) however the table is chunked; a stream is cut into chunk_rows chunks
     op.write_chunks([data] if op.one_pass else _chunks(reader, chunk_rows))
-    return op.publish(mode, batch_id, started, index_on_write)
+    return op.publish(mode, batch_id, started, index_on_write, properties)
 
 
 def _check_input(data: pa.Table | pa.RecordBatchReader | pa.RecordBatch, mode: str, batch_id: str | None,
@@ -237,7 +238,8 @@ class _LocalWrite:
         faults.checkpoint("after_fragments")
         return frags
 
-    def publish(self, mode: str, batch_id: str | None, started: float, index_on_write: bool) -> CommitResult:
+    def publish(self, mode: str, batch_id: str | None, started: float, index_on_write: bool,
+                properties: Mapping[str, str] | None = None) -> CommitResult:
         """Create the new partitions' tables, publish every table in one ``__manifest`` commit."""
         with self._phase("create_tables_s"):
             create_tables(self.manifest.root, self.schema, list(self.writes.values()), self.so)
@@ -245,7 +247,8 @@ class _LocalWrite:
             result = publish(self.manifest, self.spec.namespace, list(self.writes.values()), mode=mode,
                              batch_id=batch_id, partitions_created=self.created, max_retries=self.max_retries,
                              started=started, extra_retries=self.retries,
-                             new_tables=NewTables(self.manifest, self.spec, self.schema), index_on_write=index_on_write)
+                             new_tables=NewTables(self.manifest, self.spec, self.schema), index_on_write=index_on_write,
+                             properties=properties)
         for k in ("plan_s", "reserve_s", "write_s"):
             self.phases.setdefault(k, 0.0)
         result.details.update({k: round(v, 3) for k, v in self.phases.items()}, chunks=self.n_chunks,

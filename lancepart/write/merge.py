@@ -683,7 +683,7 @@ class MergePlan:
 
 def merge(ns: NamespaceHandle, data: Any, on: Sequence[str], when_matched: str = "update",
           when_not_matched: str = "insert", *, batch_id: str | None = None, max_retries: int = 20,
-          max_rows_per_file: int = 1_048_576) -> CommitResult:
+          max_rows_per_file: int = 1_048_576, properties: Mapping[str, str] | None = None) -> CommitResult:
     """Upsert ``data`` by the key columns ``on`` in one publish: a published row whose key is in
     the input is replaced by the input row (``when_matched="update"``; ``"ignore"`` keeps it and
     drops the input row), even when the new row belongs to another partition; an input row
@@ -717,7 +717,7 @@ def merge(ns: NamespaceHandle, data: Any, on: Sequence[str], when_matched: str =
 
     plan = MergePlan(rows, on, when_matched, when_not_matched, match_tables, rows=rows, schema=schema)
     return apply_change(ns, plan.evaluate, plan.candidates, what="merge", batch_id=batch_id, max_retries=max_retries,
-                        max_rows_per_file=max_rows_per_file, properties=merge_properties(on))
+                        max_rows_per_file=max_rows_per_file, properties={**(properties or {}), **merge_properties(on)})
 
 
 # ------------------------------------------------------------------------------- replace-where
@@ -748,8 +748,8 @@ def check_inside(rows: pa.Table, where: str) -> None:
 
 def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str | None = None,
                   max_retries: int = 20, max_rows_per_file: int = 1_048_576, written: list[TableChange] | None = None,
-                  started: float | None = None, phases: dict[str, Any] | None = None, **options: Any
-                  ) -> CommitResult:
+                  started: float | None = None, phases: dict[str, Any] | None = None,
+                  properties: Mapping[str, str] | None = None, **options: Any) -> CommitResult:
     """Replace the published rows matching ``where`` by ``data`` in one publish (Delta's
     replaceWhere): every input row must match ``where`` (else :class:`RowsOutsideFilterError`
     naming how many and one of them, nothing published). ``details["rows_deleted"]``.
@@ -826,4 +826,4 @@ def replace_where(ns: NamespaceHandle, data: Any, where: str, *, batch_id: str |
     return apply_change(ns, evaluate, candidates, what="replace_where", batch_id=batch_id, max_retries=max_retries,
                         max_rows_per_file=max_rows_per_file, started=started, phases=phases,
                         write=None if written is None else lambda ev, snap: (written, 0),
-                        fixed_writes=written is not None)
+                        fixed_writes=written is not None, properties=properties)

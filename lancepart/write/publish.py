@@ -494,6 +494,7 @@ def publish(
     extra_retries: int = 0,
     new_tables: RowChanges | None = None,
     index_on_write: bool = True,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Publish a write (append or overwrite): every touched table committed, then one
     ``__manifest`` commit, by :func:`publish_changes`; ``new_tables`` adds the rows of the tables
@@ -504,7 +505,7 @@ def publish(
     writes = [w for w in writes if w.fragments]
     for w in writes:
         w.overwrite = mode == "overwrite"
-    props = {OPERATION_PROPERTY: mode, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
+    props = {**(properties or {}), OPERATION_PROPERTY: mode, ROWS_PROPERTY: str(sum(w.rows for w in writes)),
              PARTITIONS_PROPERTY: str(len(writes))}
     update_started = time.monotonic()
     pub = publish_changes(manifest, writes, what=mode, properties=props, batch_id=batch_id, new_tables=new_tables,
