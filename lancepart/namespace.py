@@ -359,21 +359,26 @@ class PartitionedNamespace:
         ...                 "result_type": {"type": "utf8"}}]).spec.id
         2
         """
-        self._writable("update_spec")
+        return self._update_spec("update_spec", fields, commit, max_retries)
+
+    @keyword_only()
+    @public_operation("evolve")
+    def evolve(self, fields: Sequence[PartitionField | Mapping[str, Any]], *, commit: CommitOptions | None = None,
+               max_retries: int | None = None) -> EvolveResult:
+        """Deprecated name of :meth:`update_spec` (until lancepart 0.2)."""
+        warnings.warn(f"ns.evolve() is deprecated and works until lancepart {REMOVED_IN}: use ns.update_spec() (the "
+                      f"same arguments and result)", DeprecationWarning, stacklevel=4)  # the caller's line
+        return self._update_spec("evolve", fields, commit, max_retries)
+
+    def _update_spec(self, name: str, fields: Sequence[PartitionField | Mapping[str, Any]],
+                     commit: CommitOptions | None, max_retries: int | None) -> EvolveResult:
+        self._writable(name)
         from lancepart.evolution.spec_evolution import evolve
 
         retries, props = commit_settings(commit, max_retries)
         result = evolve(self._manifest, self._schema, fields, max_retries=retries, properties=props)
         self.refresh()
         return result
-
-    def evolve(self, fields: Sequence[PartitionField | Mapping[str, Any]], *, commit: CommitOptions | None = None,
-               max_retries: int | None = None) -> EvolveResult:
-        """Deprecated name of :meth:`update_spec` (until lancepart 0.2)."""
-        warnings.warn(f"ns.evolve() is deprecated and works until lancepart {REMOVED_IN}: use ns.update_spec() (the "
-                      f"same arguments and result)", DeprecationWarning, stacklevel=2)
-        self._writable("evolve")
-        return self.update_spec(fields, commit=commit, max_retries=max_retries)
 
     @keyword_only()
     @public_operation("update_schema")

@@ -639,3 +639,27 @@ def test_overwrite_from_the_command_line(ns, tmp_path, capsys):
     assert "already published" in capsys.readouterr().out
     assert main(["delete", ns.root, "--filter", "id = 70", "--commit-metadata", "lancepart.x=1"]) == 2
     assert "reserved" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_lps_functions_record_custom_metadata(spark, ns):
+    """lps.write, lps.merge, lps.delete, lps.compact, lps.create_index, lps.drop_index: the same
+    commit options as the namespace's methods, recorded in their __manifest commits."""
+    def frame(ids, countries):
+        return spark.createDataFrame([(i, D10, c) for i, c in zip(ids, countries, strict=True)],
+                                     "id long, event_date date, country string")
+
+    def commit(step: str) -> CommitOptions:
+        return CommitOptions(max_retries=5, custom_metadata={"step": step})
+
+    lps.write(frame([80, 81], ["US", "NL"]), ns.root, batch_id="spark-1", commit=commit("write"))
+    lps.merge(frame([80, 82], ["FR", "US"]), ns.root, ["id"], when_matched="update", commit=commit("merge"))
+    lps.delete(spark, ns.root, "id = 81", commit=commit("delete"))
+    lps.compact(spark, ns.root, commit=commit("compact"))
+    lps.create_index(spark, ns.root, "id", "BTREE", min_rows=0, commit=commit("create_index"))
+    lps.drop_index(spark, ns.root, "id_btree", max_retries=5, commit=commit("drop_index"))
+    history = PartitionedNamespace.open(ns.root).history()
+    steps = {e.properties["step"] for e in history if "step" in e.properties}
+    assert steps == {"write", "merge", "delete", "compact", "create_index", "drop_index"}
+    assert next(e for e in history if e.properties.get("step") == "write").batch_id == "spark-1"
+    assert sorted(PartitionedNamespace.open(ns.root).to_table().column("id").to_pylist()) == [1, 2, 3, 80, 82]

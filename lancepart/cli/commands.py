@@ -27,7 +27,8 @@ Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
 ``$LANCEPART_STORAGE_OPTIONS``; values are never printed), ``--config FILE`` in place of
 ROOT (a job config's ``namespace.root`` and ``namespace.storage``) and ``-q`` (no progress
-on stderr). A summary goes to stdout, progress and errors to stderr.
+on stderr). A summary goes to stdout, progress and errors to stderr. A command that publishes
+also takes ``--max-retries N`` and ``--commit-metadata KEY=VALUE`` (``CommitOptions``).
 
 Exit codes, stable for scripts: 0 success (also a skipped, already published batch id);
 1 unexpected error; 2 a lancepart error (bad spec, schema or filter, missing namespace, ...;
