@@ -2,8 +2,9 @@
 
 A link to a local file must name a file of the repository; a ``#anchor`` (in the same page or
 after a ``.md`` path) must be the GitHub slug of a heading of that page. Links in code blocks and
-code spans are not links and are not checked. No page points outside the repository at
-``../shared``.
+code spans are not links and are not checked. The repository is self-contained
+(docs/development.md "The docs"): a relative path a page names in its prose or code spans
+(``../README.md``) resolves to a file of the repository.
 """
 
 from __future__ import annotations
@@ -107,11 +108,25 @@ def test_every_relative_link_resolves(doc):
     assert not problems, "broken links:\n" + "\n".join(problems)
 
 
+_RELATIVE_PATH = re.compile(r"(?<![\w./])(\.\./[\w./-]*[\w-])")
+
+
+def paths_outside(doc: Path) -> list[str]:
+    """The ``../`` paths ``doc`` names (links, prose, code spans) that do not resolve to a file of
+    the repository, each as ``page:line: path``."""
+    out = []
+    for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+        for path in _RELATIVE_PATH.findall(line):
+            file = (doc.parent / path).resolve()
+            if not file.exists() or (REPO not in file.parents and file != REPO):
+                out.append(f"{doc.relative_to(REPO)}:{number}: {path}")
+    return out
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
-def test_no_doc_points_outside_the_repository_at_shared(doc):
-    text = doc.read_text(encoding="utf-8")
-    hits = [n for n, line in enumerate(text.splitlines(), 1) if re.search(r"(\.\./|/work/)shared\b", line)]
-    assert not hits, f"{doc.relative_to(REPO)} mentions ../shared on lines {hits}"
+def test_every_relative_path_names_a_file_of_the_repository(doc):
+    problems = paths_outside(doc)
+    assert not problems, "paths that leave the repository or name no file:\n" + "\n".join(problems)
 
 
 def test_the_development_page_maps_every_doc():
@@ -141,3 +156,18 @@ def test_a_broken_link_is_found(tmp_path, monkeypatch):
         "missing.md (no such file)",
         "a.md#nope (no heading with that anchor in docs/a.md)",
     ]
+
+
+def test_a_path_leaving_the_repository_is_found(tmp_path, monkeypatch):
+    """The path checker itself: ``../`` paths to files of the repository pass; one that names no
+    file, or leaves the repository, is reported wherever it stands (prose, code span, link)."""
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "README.md").write_text("# R\n", encoding="utf-8")
+    (tmp_path / "notes.md").write_text("outside\n", encoding="utf-8")
+    page = repo / "docs" / "p.md"
+    page.write_text("see ../README.md and [r](../README.md)\n"
+                    "decisions: `../docs/gone.md`\n"
+                    "as ../../notes.md says\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", repo)
+    assert [p.split(": ", 1)[1] for p in paths_outside(page)] == ["../docs/gone.md", "../../notes.md"]
