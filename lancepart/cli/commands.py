@@ -148,23 +148,33 @@ def _cmd_rollback(args: argparse.Namespace) -> Any:
 
 
 # --------------------------------------------------------------------------- ingest
-def _cmd_ingest(args: argparse.Namespace) -> Any:
+def _input_files(args: argparse.Namespace) -> list[str]:
+    """The input files of ``ingest`` / ``overwrite``: with ``--config`` every positional is one."""
     files = list(args.files)
-    if args.config and args.root is not None:  # with --config every positional is an input file
+    if args.config and args.root is not None:
         files.insert(0, args.root)
         args.root = None
+    return files
+
+
+def _skipped(ns: Any, result: Any) -> bool:
+    """Say so when the write's batch id was published already; whether it was."""
+    if result.skipped:
+        print(f"batch {result.batch_id!r} is already published in {ns.root}: nothing written "
+              f"(manifest version {result.manifest_version})")
+    return bool(result.skipped)
+
+
+def _cmd_ingest(args: argparse.Namespace) -> Any:
+    files = _input_files(args)
     ns = _open(args)
     progress = _Progress(args.quiet)
     reader = input_reader(files, args.format, ns.schema, progress, report_every=args.chunk_rows)
     result = ns.write(reader, mode=args.mode, chunk_rows=args.chunk_rows, batch_id=args.batch_id,
                       commit=_commit(args), max_retries=args.max_retries)
-    out = {"root": ns.root, "files": files, "mode": args.mode, **result.to_dict()}
     if args.json:
-        return out
-    if result.skipped:
-        print(f"batch {result.batch_id!r} is already published in {ns.root}: nothing written "
-              f"(manifest version {result.manifest_version})")
-    else:
+        return {"root": ns.root, "files": files, "mode": args.mode, **result.to_dict()}
+    if not _skipped(ns, result):
         print(f"published {result.rows_written} rows from {len(files)} file(s) into {ns.root}: "
               f"{result.partitions_touched} partitions ({result.partitions_created} new), manifest version "
               f"{result.manifest_version}, {result.retries} retries, {result.seconds:.1f} s"
@@ -173,10 +183,7 @@ def _cmd_ingest(args: argparse.Namespace) -> Any:
 
 
 def _cmd_overwrite(args: argparse.Namespace) -> Any:
-    files = list(args.files)
-    if args.config and args.root is not None:  # with --config every positional is an input file
-        files.insert(0, args.root)
-        args.root = None
+    files = _input_files(args)
     ns = _open(args)
     progress = _Progress(args.quiet)
     progress(f"replacing the rows of {ns.root} where {args.where} with {len(files)} file(s)")
@@ -185,10 +192,7 @@ def _cmd_overwrite(args: argparse.Namespace) -> Any:
                           max_retries=args.max_retries)
     if args.json:
         return {"root": ns.root, "files": files, "where": args.where, **result.to_dict()}
-    if result.skipped:
-        print(f"batch {result.batch_id!r} is already published in {ns.root}: nothing written "
-              f"(manifest version {result.manifest_version})")
-    else:
+    if not _skipped(ns, result):
         print(f"replaced {result.details.get('rows_deleted', 0)} rows of {ns.root} where {args.where} with "
               f"{result.rows_written} rows from {len(files)} file(s): {result.partitions_touched} partitions "
               f"({result.partitions_created} new), manifest version {result.manifest_version}")
