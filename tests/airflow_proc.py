@@ -4,10 +4,13 @@ database at import, which must not leak into the test process or the repository)
     python tests/airflow_proc.py initdb OUT
     python tests/airflow_proc.py dagbag DAG_FOLDER OUT
     python tests/airflow_proc.py test DAG_FOLDER DAG_ID LOGICAL_DATE CONF_JSON RETRY_DELAY_S OUT
+    python tests/airflow_proc.py runs DAG_FOLDER RUNS_JSON RETRY_DELAY_S OUT
     python tests/airflow_proc.py param SCHEMA_JSON VALUE_JSON OUT
 
 AIRFLOW_HOME and the rest of Airflow's configuration come from the environment. Each command
-writes one JSON document to OUT.
+writes one JSON document to OUT. ``runs`` makes several ``dag.test()`` runs one after the other
+in this one process (RUNS_JSON: a list of ``{"name", "dag_id", "logical_date", "conf"}``; OUT:
+name -> result) and prints ``RUN_MARK + name`` before each, so a test can cut the log per run.
 """
 
 from __future__ import annotations
@@ -44,8 +47,11 @@ def describe(folder: str) -> dict:
     return {"import_errors": {str(k): str(v) for k, v in bag.import_errors.items()}, "dags": dags}
 
 
-def run_test(folder: str, dag_id: str, logical_date: str, conf: dict, retry_delay_s: float) -> dict:
-    dag = _dagbag(folder).dags[dag_id]
+RUN_MARK = "@@airflow_proc run "
+
+
+def run_test(folder: str, dag_id: str, logical_date: str, conf: dict, retry_delay_s: float, dag=None) -> dict:
+    dag = dag if dag is not None else _dagbag(folder).dags[dag_id]
     for task in dag.tasks:  # same DAG, shorter wait between attempts
         task.retry_delay = timedelta(seconds=retry_delay_s)
         task.retry_exponential_backoff = False
@@ -75,6 +81,14 @@ def main(argv: list[str]) -> int:
     elif cmd == "test":
         folder, dag_id, logical_date, conf, delay, out = rest
         result = run_test(folder, dag_id, logical_date, json.loads(conf), float(delay))
+    elif cmd == "runs":  # one Airflow process, one DagBag, several runs
+        folder, runs, delay, out = rest
+        dags = _dagbag(folder).dags
+        result = {}
+        for run in json.loads(runs):
+            print(RUN_MARK + run["name"], flush=True)
+            result[run["name"]] = run_test(folder, run["dag_id"], run["logical_date"], run["conf"], float(delay),
+                                           dag=dags[run["dag_id"]])
     elif cmd == "param":  # does Airflow's Param accept VALUE under SCHEMA (type, pattern, ...)?
         try:
             from airflow.sdk import Param

@@ -13,10 +13,13 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.airflow_proc import RUN_MARK
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "airflow_dags"
@@ -57,7 +60,7 @@ def airflow_env(tmp_path_factory) -> tuple[dict[str, str], Path]:
         f"Airflow left state in the repository: {sorted(new)}"
 
 
-def _demo_config(tmp_path: Path, root: Path, **extra) -> Path:
+def _demo_config(tmp_path: Path, root: Path, file: str = "ingest.yaml", **extra) -> Path:
     cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     cfg["namespace"]["root"] = str(root)
     cfg["namespace"]["spec"]["fields"] = cfg["namespace"]["spec"]["fields"][:1]  # event_date: few tables, fast
@@ -66,7 +69,7 @@ def _demo_config(tmp_path: Path, root: Path, **extra) -> Path:
     cfg.pop("expectations")
     cfg.pop("batch_id")
     cfg.update(extra)
-    path = tmp_path / "ingest.yaml"
+    path = tmp_path / file
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -105,18 +108,24 @@ def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
     """The ingest DAG end to end with ``dag.test()``: the first attempt publishes and then dies
     (``LANCEPART_FAULT=after_manifest_commit:exit`` in the Spark driver), Airflow retries the
     task, and the retry finds its batch id published and writes nothing (spec "Transaction";
-    docs/guide.md "Writing": batch_id)."""
+    docs/guide.md "Writing": batch_id). The config is named ``ventes-été.yaml`` and has no
+    ``batch_id``: the DAG's default id ``lancepart_ingest:<config>:<logical date>`` holds the
+    non-ASCII name, and the retry finds it (issue 11 item 1: such an id was never found, and
+    every rerun of the date published again). The deployment's spark-submit options (several
+    words) come from ``$LANCEPART_SPARK_SUBMIT_ARGS``."""
     from lancepart import PartitionedNamespace
     from lancepart.write.batches import find_batch
 
     env, _ = airflow_env
     root, marker = tmp_path / "ns", tmp_path / "first-attempt-done"
-    config = _demo_config(tmp_path, root)
+    config = _demo_config(tmp_path, root).rename(tmp_path / "ventes-été.yaml")
+    assert yaml.safe_load(config.read_text())["namespace"]["root"] == str(root)
     driver = tmp_path / "driver-python"  # the Spark driver of the first attempt only dies after publishing
     driver.write_text(f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; '
                       f'export LANCEPART_FAULT=after_manifest_commit:exit; fi\nexec "{sys.executable}" "$@"\n')
     driver.chmod(0o755)
-    run_env = {**env, "PYSPARK_DRIVER_PYTHON": str(driver), "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2]"}
+    run_env = {**env, "PYSPARK_DRIVER_PYTHON": str(driver),
+               "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
     conf = {"config": str(config)}
 
     run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE, json.dumps(conf), "1")
@@ -129,11 +138,13 @@ def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
     assert len(attempts) == 2
     assert "Command exited with return code 77" in attempts[0]  # the driver died after the publish
     assert '"skipped": true' in attempts[1] and "return code 0" in attempts[1]  # the retry found it published
+    assert '"skipped": false' not in attempts[0] + attempts[1]  # the first attempt died before its summary
 
     ns = PartitionedNamespace.open(root)
     ids = ns.to_table(columns=["id"]).column("id")
     assert len(ids) == 2000 and sorted(ids.to_pylist()) == list(range(2000))  # published exactly once
-    assert find_batch(ns.manifest, f"lancepart_ingest:{config}:{LOGICAL_DATE}", ns.snapshot()) is not None
+    batch_id = f"lancepart_ingest:{config}:{LOGICAL_DATE}"
+    assert "ventes-été.yaml" in batch_id and find_batch(ns.manifest, batch_id, ns.snapshot()) is not None
 
 
 @pytest.mark.spark
@@ -195,69 +206,83 @@ def test_airflow_param_pattern_lets_a_trailing_newline_through(airflow_env):
     assert not _airflow(env, home, "param", schema, json.dumps("--master x;y"))["accepted"]  # the pattern works
 
 
-def _refused(run: dict, log: str, task: str, reason: str) -> None:
-    assert run["state"] == "failed", run
-    assert run["tasks"][task] == {"state": "failed", "try_number": 1}, run  # not retried
-    assert reason in log, log[-3000:]
+def _airflow_runs(env: dict[str, str], tmp: Path, runs: list[dict]) -> dict[str, tuple[dict, str]]:
+    """Several ``dag.test()`` runs one after the other in ONE Airflow process (``airflow_proc.py
+    runs``: Airflow starts and parses the DAGs once): run name -> (its result, its part of the log)."""
+    results = _airflow(env, tmp, "runs", str(DAGS), json.dumps(runs), "1")
+    log = (tmp / "airflow-runs.log").read_text()
+    parts = dict(part.split("\n", 1) for part in log.split(RUN_MARK)[1:])
+    assert set(results) == set(parts) == {r["name"] for r in runs}, (sorted(results), sorted(parts))
+    return {name: (results[name], parts[name]) for name in results}
 
 
-# Every value is checked by the DAGs' own functions in test_run_parameter_checks_refuse_every_bad_value;
-# a whole Airflow run (about 20 s each) for one value per refusal, all of them with --stress.
-FULL_RUN_VALUES = {"trailing-newline", "master-key", "0", "7d\n"}
+def _run_date(i: int) -> str:
+    """A logical date per run of one process (``dag.test()`` replaces a run of the same date)."""
+    return (datetime.fromisoformat(LOGICAL_DATE) + timedelta(days=i)).isoformat()
 
 
-@pytest.mark.parametrize("conf", [
-    {"spark_args": "--master local[2]\n"},
-    {"spark_args": "--master spark://203.0.113.9:7077 --conf spark.pyspark.python=/tmp/evil"},
-    {"master": "spark://203.0.113.9:7077"},
-], ids=["trailing-newline", "master-and-conf", "master-key"])
-def test_ingest_dag_refuses_spark_options_from_a_run(airflow_env, tmp_path, conf, request, stress):
-    """Issue 11 item 3: a run chooses only ``config`` and ``batch_id``. ``spark_args`` with a
-    trailing newline (which used to cut ``--batch-id`` off the command: the task failed after
-    publishing and each of the 3 retries published again) and ``--master``/``--conf`` from a run
-    (storage credentials shipped to any cluster) fail the task before anything runs, without
-    retries: the namespace is never created."""
-    if not stress and request.node.callspec.id not in FULL_RUN_VALUES:
-        pytest.skip("the same refusal as another value; a whole Airflow run per value with --stress")
+# Each refusal: DAG, the run's conf beside its config ("{config}": the path of a valid config),
+# the task that refuses, what it logs. Every value is also checked by the DAGs' own functions in
+# test_run_parameter_checks_refuse_every_bad_value.
+REFUSALS = {
+    "ingest spark_args with a trailing newline": (
+        "lancepart_ingest", {"spark_args": "--master local[2]\n"}, "ingest", "are not accepted"),
+    "ingest spark_args with --master and --conf": (
+        "lancepart_ingest", {"spark_args": "--master spark://203.0.113.9:7077 --conf spark.pyspark.python=/tmp/evil"},
+        "ingest", "are not accepted"),
+    "ingest master key": ("lancepart_ingest", {"master": "spark://203.0.113.9:7077"}, "ingest", "are not accepted"),
+    "ingest config with a newline": ("lancepart_ingest", {"config": "{config}\n"}, "ingest", "control character"),
+    "maintenance older_than 0": ("lancepart_maintenance", {"older_than": "0"}, "compact", "below the retention floor"),
+    "maintenance older_than 59m": (
+        "lancepart_maintenance", {"older_than": "59m"}, "compact", "below the retention floor"),
+    "maintenance older_than 0h": (
+        "lancepart_maintenance", {"older_than": "0h"}, "compact", "below the retention floor"),
+    "maintenance older_than 7d and a newline": (
+        "lancepart_maintenance", {"older_than": "7d\n"}, "compact", "must be a duration"),
+    "maintenance spark_args": (
+        "lancepart_maintenance", {"older_than": "7d", "spark_args": "--master local[2]"}, "compact",
+        "are not accepted"),
+}
+
+
+def test_dags_refuse_bad_run_parameters_before_anything_runs(airflow_env, tmp_path):
+    """Issue 11 items 3 and 4, in real ``dag.test()`` runs (all in one Airflow process). A run
+    chooses only ``config`` and ``batch_id`` (ingest) or ``config`` and ``older_than``
+    (maintenance): ``spark_args`` with a trailing newline (which used to cut ``--batch-id`` off
+    the command: the task failed after publishing and each of the 3 retries published again),
+    ``--master``/``--conf`` or a ``master`` key from a run (storage credentials shipped to any
+    cluster), a config path with a control character, and an ``older_than`` below 1 hour (``0``
+    deleted published files beside live writers; the DAG never passes
+    ``--allow-short-retention``) or that is not a whole duration each fail the DAG's first task
+    before anything runs, without retries: the namespace is never created, and the maintenance
+    DAG's cleanup never runs."""
     env, _ = airflow_env
-    root = tmp_path / "ns"
-    config = _demo_config(tmp_path, root)
-    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE,
-                   json.dumps({"config": str(config), **conf}), "1")
-    _refused(run, (tmp_path / "airflow-test.log").read_text(), "ingest", "are not accepted")
-    assert not root.exists()
-
-
-def test_ingest_dag_refuses_a_config_with_a_newline(airflow_env, tmp_path):
-    """A config path with a control character or that is not a file fails before anything runs."""
-    env, _ = airflow_env
-    config = _demo_config(tmp_path, tmp_path / "ns")
-    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE,
-                   json.dumps({"config": f"{config}\n"}), "1")
-    _refused(run, (tmp_path / "airflow-test.log").read_text(), "ingest", "control character")
-
-
-@pytest.mark.parametrize("older_than", ["0", "59m", "7d\n", "0h"])
-def test_maintenance_dag_refuses_retention_below_the_floor(airflow_env, tmp_path, older_than, stress):
-    """Issue 11 item 4 (the DAG side): ``older_than`` below 1 hour (``0`` deleted published files
-    beside live writers) fails the run before compaction or cleanup runs, without retries; the
-    DAG never passes ``--allow-short-retention``."""
-    if not stress and older_than not in FULL_RUN_VALUES:
-        pytest.skip("the same refusal as another value; a whole Airflow run per value with --stress")
-    env, _ = airflow_env
-    root = tmp_path / "ns"
-    config = _demo_config(tmp_path, root)
-    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_maintenance", LOGICAL_DATE,
-                   json.dumps({"config": str(config), "older_than": older_than}), "1")
-    reason = "below the retention floor" if older_than in ("0", "59m", "0h") else "must be a duration"
-    _refused(run, (tmp_path / "airflow-test.log").read_text(), "compact", reason)
-    assert run["tasks"]["cleanup"]["state"] == "upstream_failed", run
+    runs, roots = [], {}
+    for i, (name, (dag_id, conf, _, _)) in enumerate(REFUSALS.items()):
+        roots[name] = tmp_path / f"ns{i}"
+        config = str(_demo_config(tmp_path, roots[name], file=f"refusal{i}.yaml"))
+        conf = {k: v.replace("{config}", config) if k == "config" else v for k, v in conf.items()}
+        if dag_id == "lancepart_maintenance":
+            conf.setdefault("older_than", "7d")
+        runs.append({"name": name, "dag_id": dag_id, "logical_date": _run_date(i), "conf": {"config": config, **conf}})
+    done = _airflow_runs(env, tmp_path, runs)
+    for name, (dag_id, _, task, reason) in REFUSALS.items():
+        run, log = done[name]
+        assert run["state"] == "failed", (name, run)
+        assert run["tasks"][task] == {"state": "failed", "try_number": 1}, (name, run)  # not retried
+        assert reason in log, (name, log[-3000:])
+        assert "Running command" not in log and "spark-submit" not in log, (name, log[-3000:])  # no command ran
+        if dag_id == "lancepart_maintenance":
+            assert run["tasks"]["cleanup"]["state"] == "upstream_failed", (name, run)
+        assert not roots[name].exists(), name
 
 
 def test_run_parameter_checks_refuse_every_bad_value(airflow_env, tmp_path):
-    """The DAGs' own checks, called directly (in a process with the Airflow environment): every
-    bad ``older_than`` and every Spark option from a run is refused, good values pass."""
+    """The DAGs' own checks and task callables, called directly (in a process with the Airflow
+    environment): every bad ``older_than``, config path and Spark option from a run is refused,
+    good values pass."""
     env, _ = airflow_env
+    config = _demo_config(tmp_path, tmp_path / "ns")
     code = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -270,149 +295,110 @@ def refused(fn, *a):
         return None
     except AirflowFailException as e:
         return str(e)
-ctx = lambda conf: {"dag_run": SimpleNamespace(conf=conf)}
-out = {"older_than": {v: refused(m.check_older_than, v) for v in ["0", "59m", "7d\\n", "0h", "30m", "7d", "1d12h", 0]},
+ctx = lambda conf: {"dag_run": SimpleNamespace(conf=conf), "params": conf, "logical_date": None, "run_id": "manual"}
+config = sys.argv[2]
+out = {"older_than": {repr(v): refused(m.check_older_than, v)
+                      for v in ["0", "59m", "7d\\n", "0h", "30m", "7d", "1d12h", 0, "", "7 d", None]},
        "conf": {k: refused(common.check_run_conf, ctx(c), ingest.RUN_PARAMS) for k, c in [
            ("trailing-newline", {"config": "x", "spark_args": "--master local[2]\\n"}),
            ("master-and-conf", {"config": "x", "spark_args": "--master spark://h:7077 --conf a=b"}),
            ("master-key", {"config": "x", "master": "spark://h:7077"}),
-           ("allowed", {"config": "x", "batch_id": "b"})]}}
+           ("allowed", {"config": "x", "batch_id": "b"})]},
+       "config": {k: refused(common.check_config, v) for k, v in [
+           ("newline", config + "\\n"), ("tab", config.replace("/", "/\\t", 1)), ("missing", config + ".missing"),
+           ("empty", ""), ("good", config)]},
+       "task": {k: refused(fn, ctx(c)) for k, fn, c in [
+           ("ingest spark_args", ingest.ingest_command, {"config": config, "spark_args": "--master x"}),
+           ("ingest config newline", ingest.ingest_command, {"config": config + "\\n"}),
+           ("ingest good", ingest.ingest_command, {"config": config, "batch_id": "b"}),
+           ("compact spark_args", m.compact_command,
+            {"config": config, "older_than": "7d", "spark_args": "--master x"}),
+           ("compact older_than 0", m.compact_command, {"config": config, "older_than": "0"}),
+           ("cleanup older_than 0", m.cleanup_command, {"config": config, "older_than": "0"}),
+           ("cleanup good", m.cleanup_command, {"config": config, "older_than": "7d"})]}}
 print(json.dumps(out))
 """
-    run = subprocess.run([sys.executable, "-c", code, str(DAGS)], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-c", code, str(DAGS), str(config)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    for v in ("0", "59m", "0h", "30m", "0"):
-        assert "below the retention floor" in out["older_than"][v], (v, out)
-    assert "must be a duration" in out["older_than"]["7d\n"]
-    assert out["older_than"]["7d"] is None and out["older_than"]["1d12h"] is None
+    older = out["older_than"]
+    for v in ("'0'", "'59m'", "'0h'", "'30m'", "0"):
+        assert "below the retention floor" in older[v], (v, out)
+    for v in ("'7d\\n'", "''", "'7 d'", "None"):
+        assert "must be a duration" in older[v], (v, out)
+    assert older["'7d'"] is None and older["'1d12h'"] is None
     for k in ("trailing-newline", "master-and-conf", "master-key"):
         assert "are not accepted" in out["conf"][k], (k, out)
     assert out["conf"]["allowed"] is None
-
-
-def test_maintenance_dag_refuses_spark_args(airflow_env, tmp_path):
-    """Issue 11 item 3: the maintenance DAG takes no spark-submit options from a run either."""
-    env, _ = airflow_env
-    config = _demo_config(tmp_path, tmp_path / "ns")
-    run = _airflow(env, tmp_path, "test", str(DAGS), "lancepart_maintenance", LOGICAL_DATE,
-                   json.dumps({"config": str(config), "older_than": "7d", "spark_args": "--master local[2]"}), "1")
-    _refused(run, (tmp_path / "airflow-test.log").read_text(), "compact", "are not accepted")
+    assert "control character" in out["config"]["newline"] and "control character" in out["config"]["tab"]
+    assert "is not a file" in out["config"]["missing"] and "non-empty" in out["config"]["empty"]
+    assert out["config"]["good"] is None
+    task = out["task"]
+    assert "are not accepted" in task["ingest spark_args"] and "are not accepted" in task["compact spark_args"]
+    assert "control character" in task["ingest config newline"]
+    assert "below the retention floor" in task["compact older_than 0"]
+    assert "below the retention floor" in task["cleanup older_than 0"]
+    assert task["ingest good"] is None and task["cleanup good"] is None
 
 
 @pytest.mark.spark
-def test_ingest_dag_passes_any_batch_id_to_the_job_exactly(airflow_env, tmp_path):
-    """Issue 11 item 3: the batch id always reaches the job, whatever it holds: one that starts
-    with ``-`` (``--batch-id -x`` was read by the job as a missing value: exit 2 on every retry)
-    or holds shell syntax (it travels in an environment variable, never in the shell text). The
-    deployment's spark-submit options come from ``$LANCEPART_SPARK_SUBMIT_ARGS``."""
+def test_ingest_dag_runs_use_the_batch_id_the_job_chooses(airflow_env, spark, tmp_path):
+    """Three runs of the ingest DAG (one Airflow process), each for a batch id published before
+    it, so the job must skip each one (``"skipped": true``, nothing written): an id that reached
+    the job any other way would publish the rows again.
+
+    * Issue item 9: ``make demo`` (the ingest job with configs/demo.yaml, here in this process)
+      and then a DAG run for the demo's date published the rows twice: the DAG's id
+      ``lancepart_ingest:<config>:<date>`` replaced the config's ``demo-2025-12-01``. Now the
+      config's ``batch_id: demo-{logical_date}`` is rendered by the job with the config's
+      ``logical_date`` and by the DAG with the run's date: one id.
+    * A literal ``batch_id`` in the config stays that id in a run for another date.
+    * Issue 11 item 3: a run's own ``batch_id`` reaches the job exactly, whatever it holds: one
+      that starts with ``-`` (``--batch-id -x`` was read by the job as a missing value: exit 2 on
+      every retry) and holds shell syntax (it travels in an environment variable, never in the
+      shell text)."""
     from lancepart import PartitionedNamespace
-    from lancepart.write.batches import find_batch
+    from lancepart.config import JobConfig
+    from lancepart.job_runner import run_ingest
+    from lancepart.util.sample import demo_events
+    from tests.test_batch_ids import published_rows
 
     env, _ = airflow_env
     root, marker = tmp_path / "ns", tmp_path / "shell-ran"
-    config = _demo_config(tmp_path, root)
-    batch = f"-nightly;$(touch${{IFS}}{marker})*"
-    run_env = {**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
-    run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE,
-                   json.dumps({"config": str(config), "batch_id": batch}), "1")
-    assert run["state"] == "success", run
-    assert run["tasks"]["ingest"] == {"state": "success", "try_number": 1}, run
-    assert not marker.exists()
-    ns = PartitionedNamespace.open(root)
-    assert ns.to_table(columns=["id"]).num_rows == 2000
-    assert find_batch(ns.manifest, batch, ns.snapshot()) is not None
-
-
-@pytest.mark.spark
-def test_ingest_dag_with_a_non_ascii_config_name_publishes_once(airflow_env, tmp_path):
-    """Issue 11 item 1; spec "Transaction": the ingest DAG run twice for one logical date with a
-    config named ``ventes-été.yaml`` (its default batch id holds the name) publishes once."""
-    from tests.test_batch_ids import published_rows
-
-    env, _ = airflow_env
-    root = tmp_path / "ns"
-    config = _demo_config(tmp_path, root).rename(tmp_path / "ventes-été.yaml")
-    assert yaml.safe_load(config.read_text())["namespace"]["root"] == str(root)
-    run_env = {**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
-    for attempt in range(2):
-        run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE,
-                       json.dumps({"config": str(config)}), "1")
-        assert run["state"] == "success", run
-        assert published_rows(str(root)) == 2000, f"after run {attempt + 1}"
-    log_text = (tmp_path / "airflow-test.log").read_text()
-    assert log_text.count('"skipped": true') == 1 and log_text.count('"skipped": false') == 1
-
-
-_DAG_COMMAND = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from types import SimpleNamespace
-import pendulum
-import lancepart_ingest
-config, date = sys.argv[2], sys.argv[3]
-context = {"params": {"config": config, "batch_id": None}, "dag_run": SimpleNamespace(conf={"config": config}),
-           "logical_date": pendulum.parse(date), "run_id": "manual__" + date}
-command, env = lancepart_ingest.ingest_command(context)
-print(json.dumps({"command": command, "env": env}))
-"""
-
-
-def _dag_task(env: dict[str, str], tmp_path: Path, config: Path, logical_date: str) -> dict:
-    """The ingest task for ``logical_date`` as the DAG runs it: its own ``ingest_command`` builds
-    the command and the run's environment (in a process with the Airflow environment), then the
-    command runs with ``bash`` in the project directory, as ``LancepartCommand`` runs it."""
-    built = subprocess.run([sys.executable, "-c", _DAG_COMMAND, str(DAGS), str(config), logical_date],
-                           env={**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2]"}, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr[-3000:]
-    task = json.loads(built.stdout.strip().splitlines()[-1])
-    job_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "AIRFLOW")) and k != "LANCE_LOG"}
-    job_env.update(task["env"], LANCEPART_PYTHON=sys.executable)
-    proc = subprocess.run(["bash", "-c", task["command"]], cwd=REPO, env=job_env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
-
-
-@pytest.mark.spark
-def test_demo_then_a_dag_run_for_its_date_publishes_once(airflow_env, spark, tmp_path):
-    """Issue item 9: ``make demo`` (the ingest job with configs/demo.yaml) and then the ingest DAG
-    for the demo's date published the rows twice: the DAG's id ``lancepart_ingest:<config>:<date>``
-    replaced the config's ``demo-2025-12-01``. Now the config's ``batch_id: demo-{logical_date}``
-    is rendered by the job with the config's ``logical_date`` and by the DAG with the run's date:
-    one id, and the DAG's run is skipped. A literal ``batch_id`` stays that id in a DAG run for
-    another date."""
-    from lancepart.config import JobConfig
-    from lancepart.job_runner import run_ingest
-    from tests.test_batch_ids import published_rows
-
-    env, _ = airflow_env
-    root = tmp_path / "ns"
     cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
-    assert cfg["batch_id"] == "demo-{logical_date}"
+    assert cfg["batch_id"] == "demo-{logical_date}" and str(cfg["logical_date"]) == "2025-12-01"
     cfg["namespace"]["root"] = str(root)
     cfg["namespace"]["spec"]["fields"] = cfg["namespace"]["spec"]["fields"][:1]  # event_date: few tables, fast
     cfg["source"]["rows"] = 3_000
     cfg["spark"]["conf"] = {"spark.sql.shuffle.partitions": "2"}
     demo = tmp_path / "demo.yaml"
     demo.write_text(yaml.safe_dump(cfg))
-
-    first = run_ingest(JobConfig.load(demo))  # what `make demo` runs
-    assert first["batch_id"] == "demo-2025-12-01" and first["rows_written"] == 3_000 and not first["skipped"]
-
-    run = _dag_task(env, tmp_path, demo, "2025-12-01T00:00:00+00:00")
-    assert run["skipped"] is True and run["batch_id"] == "demo-2025-12-01", run
-    assert published_rows(str(root)) == 3_000
-
     del cfg["logical_date"]
     cfg["batch_id"] = "demo-2025-12-01"  # a literal id: the same id in a run for any date
     literal = tmp_path / "literal.yaml"
     literal.write_text(yaml.safe_dump(cfg))
-    run = _dag_task(env, tmp_path, literal, "2025-12-02T00:00:00+00:00")
-    assert run["skipped"] is True and run["batch_id"] == "demo-2025-12-01", run
-    assert published_rows(str(root)) == 3_000
+
+    first = run_ingest(JobConfig.load(demo))  # what `make demo` runs
+    assert first["batch_id"] == "demo-2025-12-01" and first["rows_written"] == 3_000 and not first["skipped"]
+    batch = f"-nightly;$(touch${{IFS}}{marker})*"
+    ns = PartitionedNamespace.open(str(root))
+    assert not ns.write(demo_events(50, start_id=100_000, days=1), batch_id=batch).skipped
+    assert published_rows(str(root)) == 3_050
+
+    run_env = {**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
+    runs = {"the demo's date": ("2025-12-01T00:00:00+00:00", {"config": str(demo)}, "demo-2025-12-01"),
+            "a literal id, another date": ("2025-12-02T00:00:00+00:00", {"config": str(literal)}, "demo-2025-12-01"),
+            "the run's batch_id": ("2025-12-03T00:00:00+00:00", {"config": str(demo), "batch_id": batch}, batch)}
+    done = _airflow_runs(run_env, tmp_path, [{"name": name, "dag_id": "lancepart_ingest", "logical_date": date,
+                                              "conf": conf} for name, (date, conf, _) in runs.items()])
+    for name, (_, _, batch_id) in runs.items():
+        run, log = done[name]
+        assert run["state"] == "success", (name, run)
+        assert run["tasks"]["ingest"] == {"state": "success", "try_number": 1}, (name, run)
+        assert '"skipped": true' in log and f'"batch_id": {json.dumps(batch_id)}' in log, (name, log[-3000:])
+    assert not marker.exists()
+    assert published_rows(str(root)) == 3_050
 
 
 def _published(ns):

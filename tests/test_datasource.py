@@ -175,7 +175,11 @@ def test_filter_sql_is_exact_or_refused():
             assert got == [v for v in values if v is not None and ok(v)], (f, got)
 
 
-CASES = 10
+# Each group of _atoms (by position) is one query: together they use every atom once (pushed
+# and residual filters, a NULL test, an OR), and each matches rows of the `filled` namespace;
+# --stress adds RANDOM_CASES random conjunctions.
+GROUPS = [(0, 4), (2, 6, 13), (1, 11), (3, 7, 14), (5, 12, 10), (8,), (9, 15)]
+RANDOM_CASES = 10
 
 
 def _atoms(F, data: pa.Table, rng: random.Random):
@@ -207,22 +211,26 @@ def _atoms(F, data: pa.Table, rng: random.Random):
     ]
 
 
-def test_dataframe_filters_equal_to_table_and_lps_read(spark, filled):
-    """Random conjunctions of pushed and residual filters: format("lancepart") returns exactly the
-    rows of ns.to_table(the same filter as SQL) (and of lps.read for some of them)."""
+def test_dataframe_filters_equal_to_table_and_lps_read(spark, filled, stress):
+    """Conjunctions of pushed and residual filters, every filter of _atoms in one of them (and
+    random ones with --stress): format("lancepart") returns exactly the rows of ns.to_table(the
+    same filter as SQL) (and of lps.read for some of them)."""
     from pyspark.sql import functions as F
 
     ns = PartitionedNamespace.open(filled)
     data = ns.to_table()
     rng = random.Random(13)
     df = spark.read.format("lancepart").load(filled)
-    for case in range(CASES):
-        chosen = rng.sample(_atoms(F, data, rng), rng.randint(1, 3))
+    assert sorted(i for g in GROUPS for i in g) == list(range(len(_atoms(F, data, rng))))
+    cases = [[atoms[i] for i in group] for group in GROUPS for atoms in [_atoms(F, data, rng)]]
+    cases += [rng.sample(_atoms(F, data, rng), rng.randint(1, 3)) for _ in range(RANDOM_CASES if stress else 0)]
+    for case, chosen in enumerate(cases):
         cond, sql = chosen[0][0], chosen[0][1]
         for c, s in chosen[1:]:
             cond, sql = cond & c, f"{sql} AND {s}"
         got = df.where(cond).select("id").collect()
         assert ids(got) == ids(ns.to_table(sql, columns=["id"])), sql
+        assert got or case >= len(GROUPS), f"{sql} matches no row: the comparison proves nothing"
         if case < 2:
             assert ids(got) == ids(lps.read(spark, filled, sql, columns=["id"]).collect()), sql
 

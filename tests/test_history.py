@@ -20,7 +20,7 @@ from lancepart.cli import main
 from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
 from lancepart.storage.manifest import join_uri
 from lancepart.util.sample import demo_events
-from tests.conftest import create_events_ns
+from tests.conftest import copy_ns, create_events_ns
 
 
 def ids_at(root: str, version: int) -> list[int]:
@@ -37,16 +37,23 @@ def ids(table: pa.Table) -> list[int]:
     return sorted(table.column("id").to_pylist())
 
 
-@pytest.fixture
-def written(root):
-    """A namespace with four publishes: append (batch b1), append, overwrite of one day, compact."""
+@pytest.fixture(scope="module")
+def written_template(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("history") / "ns")
     ns = create_events_ns(root)
     a = demo_events(300, seed=1, days=3)
     ns.write(a, batch_id="b1")
     ns.write(demo_events(200, seed=2, start_id=10_000, days=3))
     ns.write(demo_events(50, seed=3, start_id=20_000, days=1), mode="overwrite")
     ns.compact()
-    return ns
+    return root
+
+
+@pytest.fixture
+def written(written_template, tmp_path):
+    """A namespace with four publishes: append (batch b1), append, overwrite of one day, compact
+    (a copy of the module's)."""
+    return copy_ns(written_template, tmp_path / "ns")
 
 
 def test_history_lists_every_commit_newest_first_with_what_it_did(written):

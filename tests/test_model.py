@@ -1164,7 +1164,7 @@ def _settings(stress: bool) -> settings:
     seed = os.environ.get("LANCEPART_MODEL_SEED")
     phases = None if os.environ.get("LANCEPART_MODEL_SHRINK", "1") != "0" else [
         Phase.explicit, Phase.reuse, Phase.generate]  # LANCEPART_MODEL_SHRINK=0: report the first failure as found
-    return settings(phases=phases or list(Phase), max_examples=250 if stress else 40,
+    return settings(phases=phases or list(Phase), max_examples=250 if stress else 20,
                     stateful_step_count=40 if stress else 25, deadline=None,
                     derandomize=seed is None, database=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
@@ -1172,8 +1172,8 @@ def _settings(stress: bool) -> settings:
 
 
 def test_model(stress) -> None:
-    """Random sequences of every public operation against the oracle (40 examples of up to 25
-    steps; ``--stress``: 250 of up to 40)."""
+    """Random sequences of every public operation against the oracle (20 examples of up to 25
+    steps, about a minute, every rule at least once; ``--stress``: 250 of up to 40)."""
     seed = os.environ.get("LANCEPART_MODEL_SEED")
     machine = hypothesis_seed(int(seed))(NamespaceModel) if seed is not None else NamespaceModel
     started = time.monotonic()

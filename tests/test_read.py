@@ -13,6 +13,7 @@ import pytest
 
 from lancepart.cli.commands import EXIT_OK, main
 from lancepart.util.sample import demo_events
+from tests.conftest import copy_ns, create_events_ns
 
 FILTERS = [
     "event_date = DATE '2025-12-03'",
@@ -25,11 +26,17 @@ FILTERS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def written_template(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("read") / "ns")
+    create_events_ns(root).write(demo_events(20_000, seed=17))
+    return root
+
+
 @pytest.fixture
-def written(ns):
-    data = demo_events(20_000, seed=17)
-    ns.write(data)
-    return ns, data
+def written(written_template, tmp_path):
+    """A copy of the module's namespace of 20 000 demo events (28 partition tables), and the events."""
+    return copy_ns(written_template, tmp_path / "ns"), demo_events(20_000, seed=17)
 
 
 @pytest.mark.parametrize("flt", FILTERS)

@@ -86,15 +86,15 @@ def test_stream_source_emits_each_published_row_once_across_restarts_and_a_repla
     src, sink, ck = str(tmp_path / "src"), str(tmp_path / "sink"), str(tmp_path / "ck")
     ns = create_events_ns(src)
     PartitionedNamespace.create(sink, ns.schema, EVENTS_SPEC)
-    ns.write(demo_events(800, seed=1))
+    ns.write(demo_events(800, seed=1, days=2))  # 8 partition tables: the sink writes each in every micro-batch
     qid = _run(spark, src, sink, ck)
     assert sorted(PartitionedNamespace.open(sink).to_table().column("id").to_pylist()) == list(range(800))
 
     ns = PartitionedNamespace.open(src)
-    ns.write(demo_events(200, seed=2, start_id=5_000))
+    ns.write(demo_events(200, seed=2, start_id=5_000, days=2))
     ns.delete("country = 'FR'")  # not an insert: a plain stream does not emit it
     ns.compact()  # changes no row
-    ns.write(demo_events(100, seed=3, start_id=9_000))
+    ns.write(demo_events(100, seed=3, start_id=9_000, days=2))
     assert _run(spark, src, sink, ck) == qid
     want = sorted([*range(800), *range(5_000, 5_200), *range(9_000, 9_100)])
     assert sorted(PartitionedNamespace.open(sink).to_table().column("id").to_pylist()) == want
