@@ -205,19 +205,27 @@ def join(
         df = empty_frame(spark, struct)
     else:
         log.info("%s", plan)
-        tasks = [json.dumps(_group_json(g)) for g in plan.groups]
-        target = arrow_schema_for(spark, struct)
-        shipped = ship_options(spark, so)
-        from lancepart.evolution.schema_evolution import with_legacy_ids
-
-        sides = [{"schema": with_legacy_ids(ns.schema, ns.snapshot().metadata).serialize().to_pybytes(), "filter": f,
-                  "scan_filter": sf, "columns": s.names}
-                 for ns, f, sf, s in ((left_ns, filter_left, lscan, lschema), (right_ns, filter_right, rscan, rschema))]
-        fn = _join_task(left_ns.root, right_ns.root, sides, plan.pairs, plan.how, right_suffix,
-                        target.serialize().to_pybytes(), shipped)
-        df = task_frame(spark, tasks).mapInArrow(fn, struct)
+        df = _partitioned_join(spark, plan, struct, right_suffix, so, (left_ns, filter_left, lscan, lschema),
+                               (right_ns, filter_right, rscan, rschema))
     df.lancepart_join = plan
     return df
+
+
+def _partitioned_join(spark, plan: JoinPlan, struct, right_suffix: str, so: Mapping[str, str] | None,
+                      *sides: tuple[PartitionedNamespace, str | None, str | None, pa.Schema]):
+    """The storage-partitioned join: one Spark task per partition group (:func:`_join_task`), no
+    shuffle. ``sides``: per side its namespace, filter, scan filter and output schema."""
+    tasks = [json.dumps(_group_json(g)) for g in plan.groups]
+    target = arrow_schema_for(spark, struct)
+    shipped = ship_options(spark, so)
+    from lancepart.evolution.schema_evolution import with_legacy_ids
+
+    side_specs = [{"schema": with_legacy_ids(ns.schema, ns.snapshot().metadata).serialize().to_pybytes(), "filter": f,
+                   "scan_filter": sf, "columns": s.names} for ns, f, sf, s in sides]
+    (left_ns, *_), (right_ns, *_) = sides
+    fn = _join_task(left_ns.root, right_ns.root, side_specs, plan.pairs, plan.how, right_suffix,
+                    target.serialize().to_pybytes(), shipped)
+    return task_frame(spark, tasks).mapInArrow(fn, struct)
 
 
 def _group_json(g) -> dict[str, Any]:

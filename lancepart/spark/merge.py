@@ -126,6 +126,11 @@ def merge(df, root: str, on: Sequence[str], *, when_matched: str = "update", whe
     """Upsert the Spark DataFrame ``df`` into the namespace at ``root`` by the key columns ``on``
     (same semantics, errors and result as ``ns.merge``), the per-table work on the executors.
 
+    1. check the input's schema, the arguments and the Spark workers;
+    2. collect the key columns on the driver (refusing NULL and duplicate keys);
+    3. ``ns.merge``'s plan and publish (:func:`~lancepart.write.merge.apply_change`), with the
+       matching and the writes of each attempt as Spark jobs (:class:`_SparkMerge`).
+
     Example::
 
         from lancepart import spark as lps
@@ -136,58 +141,82 @@ def merge(df, root: str, on: Sequence[str], *, when_matched: str = "update", whe
     started = time.monotonic()
     retries, props = commit_settings(commit, max_retries)
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
-    schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
+    schema = ns.schema
     input_schema = _arrow_schema_of(df)
     check_schema(input_schema, schema)  # before any byte is written
     on = check_merge_args(schema, on, when_matched, when_not_matched, input_schema.names)
     check_workers(spark)
-    update, insert = when_matched == "update", when_not_matched == "insert"
-    # the legacy ids place the key columns of tables written before the first schema change
-    schema_json = json.dumps(schema_to_json(with_legacy_ids(schema, ns.snapshot().metadata)), separators=(",", ":"))
     phases: dict[str, Any] = {"spark_jobs": 0}
+    op = _SparkMerge(df, ns, on, when_matched == "update", when_not_matched == "insert", phases,
+                     flush_rows=flush_rows, max_rows_per_file=max_rows_per_file)
     cached = not df.is_cached
     if cached:
         df.persist()
-    sc = spark.sparkContext
     with _released(df, cached):
         t = time.monotonic()
         keys = df.select(*on).toArrow()
         keys = pa.table({c: keys.column(c).cast(schema.field(c).type) for c in on})
         check_keys(keys, on)
         phases["keys_s"] = round(time.monotonic() - t, 3)
-        shipped_keys: list[Any] = []
-
-        def match_tables(snapshot_version: int, todo: Sequence[tuple[str, str, int]]
-                         ) -> list[tuple[Deletions, np.ndarray]]:
-            if not shipped_keys:
-                shipped_keys.append(sc.broadcast(_ipc(plan.keys)))
-            answers = run_on_executors(spark, manifest.storage_options, [json.dumps(list(item)) for item in todo],
-                                       _match_task(manifest.root, schema_json, shipped_keys[0], on, update), phases)
-            return [(Deletions(p["object_id"], p["location"], p["base"], fragments_from_json(p["updated"]),
-                               p["removed"], p["rows"]), np.asarray(p["matched"], dtype=np.int64)) for p in answers]
-
-        def write(ev: Evaluation, snap: ManifestSnapshot):
-            if not (update and ev.matched.num_rows) and not (insert and ev.matched.num_rows < plan.keys.num_rows):
-                return [], 0
-            with spark_action(spark, manifest.storage_options) as shipped:
-                task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(),
-                                   existing_tables(snap, spec.namespace), uuid.uuid4().hex, shipped, flush_rows,
-                                   max_rows_per_file)
-                rows = df.mapInArrow(_merge_write_task(_ipc(ev.matched), on, update, insert, task),
-                                     FRAGMENT_ROW_SCHEMA).collect()
-            phases["spark_jobs"] += 1
-            writes = list(table_writes(rows).values())
-            create_tables(manifest.root, schema, writes, manifest.storage_options)
-            return writes, 0
-
-        plan = MergePlan(keys, on, when_matched, when_not_matched, match_tables, schema=schema)
+        op.plan = plan = MergePlan(keys, on, when_matched, when_not_matched, op.match_tables, schema=schema)
         try:
             result = apply_change(ns, plan.evaluate, plan.candidates, what="merge", batch_id=batch_id,
-                                  max_retries=retries, max_rows_per_file=max_rows_per_file, write=write,
+                                  max_retries=retries, max_rows_per_file=max_rows_per_file, write=op.write,
                                   started=started, phases=phases, properties={**props, **merge_properties(on)})
         finally:
-            for b in shipped_keys:
-                b.destroy()
+            op.release()
     log.info("spark merge on %s: %d updated, %d inserted", ns.root, result.details.get("rows_updated", 0),
              result.details.get("rows_inserted", 0))
     return result
+
+
+class _SparkMerge:
+    """The Spark jobs of one :func:`merge`: matching the keys against the candidate tables on the
+    executors (the keys broadcast once), and writing the rows to write with ``lps.write``'s task."""
+
+    def __init__(self, df, ns: PartitionedNamespace, on: Sequence[str], update: bool, insert: bool,
+                 phases: dict[str, Any], *, flush_rows: int, max_rows_per_file: int) -> None:
+        self.df, self.spark, self.on, self.phases = df, df.sparkSession, on, phases
+        self.update, self.insert = update, insert
+        self.schema, self.spec, self.manifest = ns.schema, ns.current_spec, ns.manifest
+        self.flush_rows, self.max_rows_per_file = flush_rows, max_rows_per_file
+        # the legacy ids place the key columns of tables written before the first schema change
+        self.schema_json = json.dumps(schema_to_json(with_legacy_ids(self.schema, ns.snapshot().metadata)),
+                                      separators=(",", ":"))
+        self.sc = self.spark.sparkContext
+        self.plan: MergePlan | None = None  # set once the keys are collected
+        self.shipped_keys: list[Any] = []
+
+    def match_tables(self, snapshot_version: int, todo: Sequence[tuple[str, str, int]]
+                     ) -> list[tuple[Deletions, np.ndarray]]:
+        """Match the keys against the tables ``todo`` in one Spark job; per table its deletions and
+        the matched input rows."""
+        if not self.shipped_keys:
+            self.shipped_keys.append(self.sc.broadcast(_ipc(self.plan.keys)))
+        manifest = self.manifest
+        answers = run_on_executors(self.spark, manifest.storage_options, [json.dumps(list(item)) for item in todo],
+                                   _match_task(manifest.root, self.schema_json, self.shipped_keys[0], self.on,
+                                               self.update), self.phases)
+        return [(Deletions(p["object_id"], p["location"], p["base"], fragments_from_json(p["updated"]),
+                           p["removed"], p["rows"]), np.asarray(p["matched"], dtype=np.int64)) for p in answers]
+
+    def write(self, ev: Evaluation, snap: ManifestSnapshot):
+        """Write the rows to write (matched ones when updating, the others when inserting) in one
+        Spark job; the new tables created."""
+        update, insert, manifest, spec = self.update, self.insert, self.manifest, self.spec
+        if not (update and ev.matched.num_rows) and not (insert and ev.matched.num_rows < self.plan.keys.num_rows):
+            return [], 0
+        with spark_action(self.spark, manifest.storage_options) as shipped:
+            task = _write_task(manifest.root, spec.to_json_string(), self.schema.serialize().to_pybytes(),
+                               existing_tables(snap, spec.namespace), uuid.uuid4().hex, shipped, self.flush_rows,
+                               self.max_rows_per_file)
+            rows = self.df.mapInArrow(_merge_write_task(_ipc(ev.matched), self.on, update, insert, task),
+                                      FRAGMENT_ROW_SCHEMA).collect()
+        self.phases["spark_jobs"] += 1
+        writes = list(table_writes(rows).values())
+        create_tables(manifest.root, self.schema, writes, manifest.storage_options)
+        return writes, 0
+
+    def release(self) -> None:
+        for b in self.shipped_keys:
+            b.destroy()

@@ -96,10 +96,6 @@ def search(spark, root: str, column: str, queries, k: int = 10, filter: str | No
         lps.search(spark, "/data/docs", "embedding",
                    spark.createDataFrame([(1, [0.1] * 128)], "qid long, query array<float>"), k=5, id_column="qid")
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     if not isinstance(column, str) and isinstance(queries, str):  # (spark, root, queries, column, ...)
         warnings.warn(f"lps.search(spark, root, queries, column, ...) is deprecated and works until lancepart "
                       f"{REMOVED_IN}: pass lps.search(spark, root, column, queries, ...), the order of "
@@ -111,6 +107,27 @@ def search(spark, root: str, column: str, queries, k: int = 10, filter: str | No
     dim = _search.vector_dim(schema, column)
     k = _search.check_k(k)
     params = _search.vector_params(params)
+    queries, id_column = _check_queries(queries, query_column, id_column, dim)
+    parts, filter, scan_filter = ns.scan_plan(filter)
+    cols, read_schema = _search._read_schema(schema, columns, filter)
+    if id_column in cols or RANK in cols:
+        raise InvalidArgumentError(f"the result columns {cols} clash with id_column {id_column!r} or {RANK!r}: "
+                                   f"choose another id_column or fewer columns")
+    plan = _search.SearchPlan(ns.root, column, read_schema, filter, scan_filter, schema=schema,
+                              namespace_md=ns.snapshot().metadata)
+    if params.get("metric") is None:
+        params["metric"] = _search.resolve_metric(column, parts, _search.open_tables(plan, parts), None,
+                                                  ns.snapshot().metadata)
+    return _search_frame(spark, ns, plan, parts, queries, dim=dim, k=k, params=params, id_column=id_column,
+                         query_column=query_column, cols=cols)
+
+
+def _check_queries(queries, query_column: str, id_column: str | None, dim: int):
+    """``(queries, id_column)``: the query column checked, the id column checked or added
+    (``query_id``, from ``monotonically_increasing_id()``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
     if query_column not in queries.columns:
         raise InvalidArgumentError(f"query_column {query_column!r} is not a column of the queries DataFrame "
                                    f"{queries.columns}")
@@ -124,17 +141,18 @@ def search(spark, root: str, column: str, queries, k: int = 10, filter: str | No
     elif id_column not in queries.columns:
         raise InvalidArgumentError(f"id_column {id_column!r} is not a column of the queries DataFrame "
                                    f"{queries.columns}")
-    parts, filter, scan_filter = ns.scan_plan(filter)
-    cols, read_schema = _search._read_schema(schema, columns, filter)
-    if id_column in cols or RANK in cols:
-        raise InvalidArgumentError(f"the result columns {cols} clash with id_column {id_column!r} or {RANK!r}: "
-                                   f"choose another id_column or fewer columns")
-    plan = _search.SearchPlan(ns.root, column, read_schema, filter, scan_filter, schema=schema,
-                              namespace_md=ns.snapshot().metadata)
-    if params.get("metric") is None:
-        params["metric"] = _search.resolve_metric(column, parts, _search.open_tables(plan, parts), None,
-                                                  ns.snapshot().metadata)
+    return queries, id_column
 
+
+def _search_frame(spark, ns: PartitionedNamespace, plan: _search.SearchPlan, parts: list, queries, *, dim: int,
+                  k: int, params: dict[str, Any], id_column: str, query_column: str, cols: list[str]):
+    """The result DataFrame: every (kept table x query) pair searched on the executors, then the
+    best ``k`` of each query ranked by a window."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    schema = ns.schema
     id_field = queries.schema[id_column]
     row_struct = spark_schema(pa.schema([schema.field(c) for c in cols]))
     struct = T.StructType([*row_struct.fields, T.StructField(DISTANCE, T.FloatType()),

@@ -22,10 +22,10 @@ succeeded. Large partitions are split naturally: every task writes its own fragm
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -98,73 +98,101 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
     namespace's, read when the task first writes a new table; docs/file-format.md)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from lancepart.model.spec import PartitionSpec
-        from lancepart.storage.error_mapping import storage_errors
-        from lancepart.storage.manifest import Manifest
-        from lancepart.util.parallel import map_threads
-        from lancepart.write.create import write_new_fragments
-        from lancepart.write.plan import conform, group_rows, partition_values
-        from lancepart.write.upgrade import append_fragments
-
-        spec = PartitionSpec.from_json(spec_json)
-        schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-        so = options_value(storage_options)
-        manifest = Manifest(root, so)
+        writer = _TaskWriter(root, spec_json, schema_bytes, existing, job_id, storage_options, max_rows_per_file,
+                             write_threads, data_storage_version)
         pending: list[pa.RecordBatch] = []
         size = 0
-
-        @functools.cache
-        def new_table_version() -> str:  # read once per task, and only by a task that creates a table
-            from lancepart.evolution.file_format import namespace_data_storage_version
-
-            return data_storage_version or namespace_data_storage_version(root, so)
-
-        def write_group(item: tuple[str, pa.Table, pa.Table]) -> tuple[str, str, int, bytes | None, str]:
-            oid, rows, key = item
-            location = existing.get(oid)
-            keys = None
-            if location is not None:  # a hand-edited __manifest row must not lead outside the root
-                check_location(location, oid, root)
-            else:
-                location, keys = job_location(job_id, oid), _ipc(key)
-            # a full or forbidden store: a typed error naming the table directory (in the task's failure)
-            with storage_errors(join_uri(root, location), table=oid):
-                if keys is not None:  # no table there yet: the driver creates it with every task's fragments
-                    written = write_new_fragments(rows, root, location, schema, max_rows_per_file, so,
-                                                  data_storage_version=new_table_version())
-                else:
-                    written = append_fragments(manifest, oid, location, rows, schema,
-                                               max_rows_per_file=max_rows_per_file)
-            return oid, location, rows.num_rows, keys, json.dumps([f.to_json() for f in written])
-
-        def flush() -> pa.RecordBatch | None:
-            table = conform(pa.Table.from_batches(pending), schema)
-            groups = group_rows(partition_values(table, spec, schema), spec.id)
-            items = [(oid, rows, groups.keys.slice(i, 1))
-                     for i, (oid, rows) in enumerate(zip(groups.table_object_ids, groups.rows(table), strict=True))]
-            written = map_threads(write_group, items, max_workers=max(1, write_threads))
-            if not written:
-                return None
-            oids, locations, nums, keys, fragments = (list(c) for c in zip(*written, strict=True))
-            return pa.RecordBatch.from_pydict(
-                {"object_id": oids, "location": locations, "fragments": fragments, "num_rows": nums, "keys": keys},
-                schema=pa.schema([("object_id", pa.utf8()), ("location", pa.utf8()), ("fragments", pa.utf8()),
-                                  ("num_rows", pa.int64()), ("keys", pa.binary())]))
-
         for batch in batches:
             pending.append(batch)
             size += batch.num_rows
             if size >= flush_rows:
-                out = flush()
+                out = writer.flush(pending)
                 pending, size = [], 0
                 if out is not None:
                     yield out
         if size:
-            out = flush()
+            out = writer.flush(pending)
             if out is not None:
                 yield out
 
     return run
+
+
+_UNREAD = object()
+
+
+class _TaskWriter:
+    """What one executor task of :func:`_write_task` writes with: the spec, the schema, the
+    storage options and the file format version of new tables (read once per task, and only by
+    a task that creates a table)."""
+
+    def __init__(self, root: str, spec_json: str, schema_bytes: bytes, existing: Mapping[str, str], job_id: str,
+                 storage_options: Mapping[str, str] | None, max_rows_per_file: int, write_threads: int,
+                 data_storage_version: str | None) -> None:
+        from lancepart.model.spec import PartitionSpec
+        from lancepart.storage.manifest import Manifest
+
+        self.root, self.existing, self.job_id = root, existing, job_id
+        self.max_rows_per_file, self.write_threads = max_rows_per_file, write_threads
+        self.data_storage_version = data_storage_version
+        self.spec = PartitionSpec.from_json(spec_json)
+        self.schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+        self.so = options_value(storage_options)
+        self.manifest = Manifest(root, self.so)
+        self._new_table_version: Any = _UNREAD
+        self._lock = threading.Lock()
+
+    def new_table_version(self) -> str:
+        with self._lock:
+            if self._new_table_version is _UNREAD:
+                from lancepart.evolution.file_format import namespace_data_storage_version
+
+                self._new_table_version = self.data_storage_version or namespace_data_storage_version(self.root,
+                                                                                                      self.so)
+            return self._new_table_version
+
+    def flush(self, pending: list[pa.RecordBatch]) -> pa.RecordBatch | None:
+        """Write the rows of ``pending`` by partition; one output row per partition group."""
+        from lancepart.util.parallel import map_threads
+        from lancepart.write.plan import conform, group_rows, partition_values
+
+        table = conform(pa.Table.from_batches(pending), self.schema)
+        groups = group_rows(partition_values(table, self.spec, self.schema), self.spec.id)
+        items = [(oid, rows, groups.keys.slice(i, 1))
+                 for i, (oid, rows) in enumerate(zip(groups.table_object_ids, groups.rows(table), strict=True))]
+        written = map_threads(self.write_group, items, max_workers=max(1, self.write_threads))
+        if not written:
+            return None
+        oids, locations, nums, keys, fragments = (list(c) for c in zip(*written, strict=True))
+        return pa.RecordBatch.from_pydict(
+            {"object_id": oids, "location": locations, "fragments": fragments, "num_rows": nums, "keys": keys},
+            schema=pa.schema([("object_id", pa.utf8()), ("location", pa.utf8()), ("fragments", pa.utf8()),
+                              ("num_rows", pa.int64()), ("keys", pa.binary())]))
+
+    def write_group(self, item: tuple[str, pa.Table, pa.Table]) -> tuple[str, str, int, bytes | None, str]:
+        """One partition group's rows as fragments: appended to its table, or, for a partition
+        without one, into the directory this job names for it."""
+        from lancepart.storage.error_mapping import storage_errors
+        from lancepart.write.create import write_new_fragments
+        from lancepart.write.upgrade import append_fragments
+
+        oid, rows, key = item
+        root = self.root
+        location = self.existing.get(oid)
+        keys = None
+        if location is not None:  # a hand-edited __manifest row must not lead outside the root
+            check_location(location, oid, root)
+        else:
+            location, keys = job_location(self.job_id, oid), _ipc(key)
+        # a full or forbidden store: a typed error naming the table directory (in the task's failure)
+        with storage_errors(join_uri(root, location), table=oid):
+            if keys is not None:  # no table there yet: the driver creates it with every task's fragments
+                written = write_new_fragments(rows, root, location, self.schema, self.max_rows_per_file, self.so,
+                                              data_storage_version=self.new_table_version())
+            else:
+                written = append_fragments(self.manifest, oid, location, rows, self.schema,
+                                           max_rows_per_file=self.max_rows_per_file)
+        return oid, location, rows.num_rows, keys, json.dumps([f.to_json() for f in written])
 
 
 @contextmanager
@@ -206,6 +234,12 @@ def write(
     ``index_on_write``: bring the declared indexes of the touched tables up to date before the
     publish (docs/indexes.md). ``commit``: :class:`~lancepart.arguments.CommitOptions`.
 
+    1. check the arguments, the input's schema and the Spark workers, before any byte is written;
+       a ``batch_id`` already published returns that commit's result;
+    2. the quality gate (:func:`_quality_gate`);
+    3. the tasks write the fragments (:func:`_write_task`, run by :func:`_run_tasks`);
+    4. the driver creates the new tables and publishes (:func:`publish_fragments`).
+
     Example::
 
         from lancepart import spark as lps
@@ -213,12 +247,8 @@ def write(
     """
     register(df.sparkSession, strict=False)  # the `lancepart` data source, for format("lancepart") in the same session
     started = time.monotonic()
-    check_mode(mode)
+    _check_options(mode, batch_id, write_threads)
     retries, props = commit_settings(commit, max_retries)
-    if batch_id is not None:
-        check_batch_id(batch_id)
-    if not isinstance(write_threads, int) or isinstance(write_threads, bool) or write_threads < 1:
-        raise InvalidArgumentError(f"write_threads must be a positive int, got {write_threads!r}")
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
     schema, spec, manifest = ns.schema, ns.current_spec, ns.manifest
     check_schema(_arrow_schema_of(df), schema)  # before any byte is written
@@ -232,32 +262,54 @@ def write(
     # parse, a remote Parquet to fetch) is computed once for both; released when the write's job ends
     cached = bool(expectations) and not df.is_cached
     if expectations:
-        from lancepart.ops.quality import check
-
-        t = time.monotonic()
-        if cached:
-            df.persist()
-        try:
-            report = check(df, expectations)
-        except BaseException:
-            if cached:
-                df.unpersist()
-            raise
-        phases["expectations_s"] = round(time.monotonic() - t, 3)
-        # of which computing the input into the cache the write reads next (the write's own cost
-        # without a gate); the rest is the gate proper: collecting its columns and evaluating
-        phases["expectations_input_s"] = round(report.input_seconds, 3)
+        _quality_gate(df, expectations, cached, phases)
     existing = existing_tables(snap, spec.namespace)
-    job_id = uuid.uuid4().hex
-    so = manifest.storage_options
     t = time.monotonic()
-    with spark_action(df.sparkSession, so) as shipped, _released(df, cached):
-        task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
-                           shipped, flush_rows, max_rows_per_file, write_threads, file_version)
-        rows = df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
+    rows = _run_tasks(df, manifest, spec, schema, existing, cached, flush_rows=flush_rows,
+                      max_rows_per_file=max_rows_per_file, write_threads=write_threads, file_version=file_version)
     phases["write_s"] = round(time.monotonic() - t, 3)
     return publish_fragments(manifest, spec, schema, rows, mode=mode, batch_id=batch_id, max_retries=retries,
                              started=started, phases=phases, index_on_write=index_on_write, properties=props)
+
+
+def _check_options(mode: str, batch_id: str | None, write_threads: int) -> None:
+    check_mode(mode)
+    if batch_id is not None:
+        check_batch_id(batch_id)
+    if not isinstance(write_threads, int) or isinstance(write_threads, bool) or write_threads < 1:
+        raise InvalidArgumentError(f"write_threads must be a positive int, got {write_threads!r}")
+
+
+def _quality_gate(df, expectations: list[dict[str, Any]], cached: bool, phases: dict[str, Any]) -> None:
+    """Check ``expectations`` on ``df`` (persisted first when ``cached``: this write caches it, and
+    unpersists it if the gate fails); its seconds into ``phases``."""
+    from lancepart.ops.quality import check
+
+    t = time.monotonic()
+    if cached:
+        df.persist()
+    try:
+        report = check(df, expectations)
+    except BaseException:
+        if cached:
+            df.unpersist()
+        raise
+    phases["expectations_s"] = round(time.monotonic() - t, 3)
+    # of which computing the input into the cache the write reads next (the write's own cost
+    # without a gate); the rest is the gate proper: collecting its columns and evaluating
+    phases["expectations_input_s"] = round(report.input_seconds, 3)
+
+
+def _run_tasks(df, manifest, spec, schema: pa.Schema, existing: Mapping[str, str], cached: bool, *, flush_rows: int,
+               max_rows_per_file: int, write_threads: int, file_version: str | None) -> list:
+    """Run :func:`_write_task` over ``df`` under a new job id; the rows the tasks returned. ``df``
+    is unpersisted at the end if this write cached it."""
+    job_id = uuid.uuid4().hex
+    so = manifest.storage_options
+    with spark_action(df.sparkSession, so) as shipped, _released(df, cached):
+        task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
+                           shipped, flush_rows, max_rows_per_file, write_threads, file_version)
+        return df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
 
 
 def table_writes(rows) -> dict[str, TableChange]:
