@@ -65,6 +65,11 @@ _NO_ROW_CHANGE = ("compaction publish", "upgrade table schema", "update_schema",
                   "set ", "partition reservation", "V1 to V2 migration")
 
 
+def is_rollback(operation: str | None) -> bool:
+    """True for the operation of a rollback's commit."""
+    return (operation or "").startswith("rollback")
+
+
 def changes_nothing(operation: str | None) -> bool:
     """Whether a commit labelled ``operation`` changes no row (compaction, index, schema, spec and
     property commits).
@@ -312,22 +317,36 @@ class ChangeTask:
     old: PartitionInfo | None
     new: PartitionInfo | None
     operation: str | None = None
+    # a rollback's task: the pins before and after of EVERY table it changed (old/new unused). A
+    # rollback may move a row back to the table it left (a merge's update rewrote it into a table
+    # of a newer spec): whole rows are compared across all of them, so a row the rollback
+    # republishes unchanged is no change
+    pairs: list[tuple[PartitionInfo | None, PartitionInfo | None]] | None = None
+
+    def table_pins(self) -> list[tuple[PartitionInfo | None, PartitionInfo | None]]:
+        """The (before, after) pins of every table of this task."""
+        return list(self.pairs) if self.pairs is not None else [(self.old, self.new)]
 
     def to_json(self) -> dict[str, Any]:
         from lancepart.results import info_to_json
 
+        def enc(p: PartitionInfo | None) -> dict[str, Any] | None:
+            return info_to_json(p) if p else None
+
         return {"version": self.version, "timestamp": self.timestamp.isoformat(), "merge_on": self.merge_on,
-                "operation": self.operation,
-                "old": info_to_json(self.old) if self.old else None,
-                "new": info_to_json(self.new) if self.new else None}
+                "operation": self.operation, "old": enc(self.old), "new": enc(self.new),
+                "pairs": None if self.pairs is None else [[enc(a), enc(b)] for a, b in self.pairs]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ChangeTask:
         from lancepart.results import info_from_json
 
-        return cls(d["version"], datetime.fromisoformat(d["timestamp"]), d["merge_on"],
-                   info_from_json(d["old"]) if d["old"] else None, info_from_json(d["new"]) if d["new"] else None,
-                   d.get("operation"))
+        def dec(p: Mapping[str, Any] | None) -> PartitionInfo | None:
+            return info_from_json(p) if p else None
+
+        pairs = d.get("pairs")
+        return cls(d["version"], datetime.fromisoformat(d["timestamp"]), d["merge_on"], dec(d["old"]), dec(d["new"]),
+                   d.get("operation"), None if pairs is None else [(dec(a), dec(b)) for a, b in pairs])
 
 
 @dataclass
@@ -412,8 +431,12 @@ def plan_changes(ns: Any, start_version: int, end_version: int | None = None, *,
         prev_version = commit.version
         touched = [o for o in sorted(prev.keys() | cur.keys())
                    if o not in prev or o not in cur or not _same_pin(prev[o], cur[o])]
-        tasks += [ChangeTask(commit.version, commit.timestamp, commit.merge_on, prev.get(o), cur.get(o),
-                             commit.operation) for o in touched]
+        if is_rollback(commit.operation) and touched:  # one task: rows are compared across its tables
+            tasks.append(ChangeTask(commit.version, commit.timestamp, commit.merge_on, None, None, commit.operation,
+                                    [(prev.get(o), cur.get(o)) for o in touched]))
+        else:
+            tasks += [ChangeTask(commit.version, commit.timestamp, commit.merge_on, prev.get(o), cur.get(o),
+                                 commit.operation) for o in touched]
         prev = cur
     return ChangePlan(tasks, schema, read_schema, cols, filter, dict(ns.snapshot().metadata))
 
@@ -444,7 +467,9 @@ def _expired(root: str, task: ChangeTask, storage_options: Mapping[str, str] | N
         retained = [v for v, _ in retained_versions(Manifest(root, storage_options).dataset())]
     except (LancepartError, OSError, ValueError):
         return None
-    pinned_at = ([task.version - 1] if task.old is not None else []) + ([task.version] if task.new is not None else [])
+    pins = task.table_pins()
+    pinned_at = (([task.version - 1] if any(old is not None for old, _ in pins) else [])
+                 + ([task.version] if any(new is not None for _, new in pins) else []))
     gone = [v for v in pinned_at if v not in retained]
     if not gone or not retained:
         return None
@@ -459,14 +484,17 @@ def _task_rows(root: str, task: ChangeTask, plan: ChangePlan, storage_options: M
     from lancepart.read.snapshot import apply_filter
 
     schema, read_schema, md = plan.schema, plan.read_schema, plan.namespace_md
-    forward = not (task.operation or "").startswith("rollback")
+    forward = not is_rollback(task.operation)
     if not forward:  # whole rows are compared: a rollback republishes rows a compaction rewrote
         read_schema = schema
-    old = _TableReader(root, task.old, schema, read_schema, md, storage_options) if task.old else None
-    new = _TableReader(root, task.new, schema, read_schema, md, storage_options) if task.new else None
-    pieces = _table_changes(old, new, forward=forward)
-    if not forward:
-        pieces = list(pieces)
+
+    def reader(info: PartitionInfo | None) -> _TableReader | None:
+        return _TableReader(root, info, schema, read_schema, md, storage_options) if info else None
+
+    if forward:
+        pieces = _table_changes(reader(task.old), reader(task.new), forward=True)
+    else:  # every table of the rollback, compared together
+        pieces = [p for old, new in task.table_pins() for p in _table_changes(reader(old), reader(new), forward=False)]
         deleted = pa.concat_tables([t for k, t in pieces if k == "delete"] or [read_schema.empty_table()])
         inserted = pa.concat_tables([t for k, t in pieces if k == "insert"] or [read_schema.empty_table()])
         deleted, inserted = republished_removed(deleted, inserted)
