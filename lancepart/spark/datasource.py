@@ -12,7 +12,8 @@ the same paths as :func:`lancepart.spark.write` and :func:`lancepart.spark.read`
   must not depend on the filters of one of them (:class:`LancepartReader`). Option ``filter``
   (SQL) prunes partition tables through ``__manifest`` for the whole DataFrame
   (:meth:`PartitionedNamespace.scan_plan`) and is applied exactly on the executors by
-  :func:`lancepart.spark.read.scan_batches`. One input partition per kept partition table.
+  :func:`lancepart.spark.read.scan_batches`. The kept tables are packed into input partitions
+  as Spark packs files (:mod:`lancepart.spark.packing`).
 * ``option("readChangeFeed", "true").option("startingVersion", N)`` reads the change feed and
   ``spark.readStream.format("lancepart").load(root)`` is a streaming source
   (:mod:`lancepart.spark.changes`).
@@ -527,10 +528,12 @@ class LancepartReader(DataSourceReader):
     self-join, a union of two filters). A plan pruned for one query's filters would silently
     drop the rows of the others."""
 
-    def __init__(self, options: Mapping[str, str], schema, load_version: int | None = None) -> None:
+    def __init__(self, options: Mapping[str, str], schema, load_version: int | None = None,
+                 session_defaults: Mapping[str, str] | None = None) -> None:
         self.options = dict(options)
         self.schema = schema
         self.load_version = load_version
+        self.session_defaults = dict(session_defaults or {})  # scan packing (lancepart.spark.packing)
         self.ns_schema = _open(self.options, load_version).schema
         from lancepart.errors import SchemaMismatchError
 
@@ -547,20 +550,24 @@ class LancepartReader(DataSourceReader):
         yield from filters
 
     def partitions(self) -> list[InputPartition]:
-        from lancepart.spark.read import plan_read
+        from lancepart.spark.packing import packing, plan_scan
 
         ns = _open(self.options, self.load_version)
         try:
             parts, filter, scan_filter = ns.scan_plan(self.options.get("filter"))
         except LancepartError as e:
             raise type(e)(f"option 'filter': {e}") from None
-        tasks = plan_read(ns.root, parts, _int_option(self.options, "split_rows", None, 1), ns.storage_options)
-        log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d tasks",
-                 ns.root, ns.manifest_version, len(parts), len(tasks))
+        tasks = plan_scan(ns.root, parts, packing(self.options, self.session_defaults),
+                          split_rows=_int_option(self.options, "split_rows", None, 1),
+                          storage_options=ns.storage_options)
+        log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d pruned "
+                 "(option 'filter': %s), %d tasks", ns.root, ns.manifest_version, len(parts),
+                 len(ns.snapshot().table_pins()) - len(parts),
+                 self.options.get("filter"), len(tasks))
         from lancepart.evolution.schema_evolution import LEGACY_FIELD_IDS_KEY
 
         legacy = ns.snapshot().metadata.get(LEGACY_FIELD_IDS_KEY)  # places the columns of tables of older schemas
-        return [InputPartition(json.dumps({"task": t, "filter": filter, "scan_filter": scan_filter, "root": ns.root,
+        return [InputPartition(json.dumps({"tasks": t, "filter": filter, "scan_filter": scan_filter, "root": ns.root,
                                            "legacy": legacy}))
                 for t in tasks]
 
@@ -577,16 +584,20 @@ class LancepartReader(DataSourceReader):
         from lancepart.evolution.schema_evolution import LEGACY_FIELD_IDS_KEY, with_legacy_ids
 
         ns_schema = with_legacy_ids(self.ns_schema, {LEGACY_FIELD_IDS_KEY: d["legacy"]} if d.get("legacy") else {})
-        for b in scan_batches(d["root"], d["task"], ns_schema, d["filter"], d["scan_filter"],
-                              list(self.schema.names), so):
-            if b.num_rows:
-                yield conform(b, target)
+        for task in d["tasks"]:
+            for b in scan_batches(d["root"], task, ns_schema, d["filter"], d["scan_filter"], list(self.schema.names),
+                                  so):
+                if b.num_rows:
+                    yield conform(b, target)
 
 
 # --------------------------------------------------------------------------- the data source
 @data_source
 class LancepartDataSource(DataSource):
     """``format("lancepart")``: a partitioned namespace root as a Spark table."""
+
+    #: the session's scan packing settings, set on the class :func:`register` registers
+    session_defaults: dict[str, str] = {}
 
     def __init__(self, options) -> None:
         super().__init__(options)
@@ -611,7 +622,7 @@ class LancepartDataSource(DataSource):
 
         if change_feed(self.options):
             return ChangeFeedReader(self.options, schema, self.load_version)
-        return LancepartReader(self.options, schema, self.load_version)
+        return LancepartReader(self.options, schema, self.load_version, self.session_defaults)
 
     def streamReader(self, schema):
         """``spark.readStream.format("lancepart").load(root)`` (:mod:`lancepart.spark.changes`)."""

@@ -10,7 +10,8 @@ from lancepart.storage.manifest import normalize_root
 
 # options the data source reads itself; every other one is a storage option (Spark lower-cases keys)
 OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file", "version", "split_rows", "spec",
-           "result_path", "replacewhere", "filter", "readchangefeed", "startingversion", "endingversion")
+           "result_path", "replacewhere", "filter", "readchangefeed", "startingversion", "endingversion",
+           "maxpartitionbytes", "opencostinbytes", "minpartitions")
 # options Spark itself passes along, never storage options
 SPARK_OPTIONS = ("checkpointlocation", "paths")
 
