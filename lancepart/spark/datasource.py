@@ -74,7 +74,16 @@ from lancepart.errors import InvalidArgumentError, LancepartError, NamespaceExis
 from lancepart.results import CommitResult
 from lancepart.spark.options import OPTIONS as OPTIONS  # re-exported: the data source's own options
 from lancepart.spark.options import SPARK_OPTIONS as SPARK_OPTIONS
-from lancepart.spark.options import _int_option, _latest_version, _open, _root, storage_options
+from lancepart.spark.options import (
+    _int_option,
+    _latest_version,
+    _open,
+    _root,
+    check_options,
+    flag,
+    option,
+    storage_options,
+)
 from lancepart.spark.registry import NAME, data_source
 from lancepart.spark.registry import PUSHDOWN_CONF as PUSHDOWN_CONF  # re-exported
 from lancepart.spark.registry import register as register  # re-exported: docs and users call it here
@@ -206,6 +215,25 @@ def _open_for_write(options: Mapping[str, str], input_schema: pa.Schema):
     return ns
 
 
+def _merge_schema(ns, input_schema: pa.Schema) -> None:
+    """Option ``mergeSchema``: add the input's columns the namespace lacks (nullable) and widen
+    the columns the input holds in a wider type (the ``update_schema`` rules: an impossible
+    change is its typed error), in one ``__manifest`` commit before any row is written. The
+    rows are a second commit: a write that then fails leaves the schema change published."""
+    from lancepart.write.plan import promotable
+
+    add = [f.with_nullable(True) for f in input_schema if ns.schema.get_field_index(f.name) < 0]
+    widen = {f.name: f.type for f in input_schema if ns.schema.get_field_index(f.name) >= 0
+             and f.type != ns.schema.field(f.name).type and not promotable(f.type, ns.schema.field(f.name).type)}
+    if add or widen:
+        try:
+            ns.update_schema(add=add or None, widen=widen or None)
+        except LancepartError as e:
+            raise type(e)(f"option 'mergeSchema': {e}") from None
+        log.info("lancepart data source: mergeSchema changed the schema of %s: added %s, widened %s", ns.root,
+                 [f.name for f in add], sorted(widen))
+
+
 def _input_arrow_schema(schema) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -223,6 +251,8 @@ def _plan_write(options: Mapping[str, str], schema) -> tuple[_WritePlan, Any]:
     max_rows_per_file = _int_option(options, "max_rows_per_file", 1_048_576, 1)
     input_schema = _input_arrow_schema(schema)
     ns = _open_for_write(options, input_schema)
+    if flag(options, "mergeSchema"):
+        _merge_schema(ns, input_schema)
     check_schema(input_schema, ns.schema)  # before any byte is written
     spec = ns.current_spec
     from lancepart.spark.write import existing_tables
@@ -305,9 +335,17 @@ class LancepartWriter(DataSourceArrowWriter):
             except InvalidArgumentError as e:
                 raise InvalidArgumentError(f"option 'batch_id': {e}") from None
         # replaceWhere (Delta's option): the rows matching it are replaced by the input (docs/merge.md)
-        self.where = next((v for k, v in self.options.items() if k.lower() == "replacewhere"), None)
+        self.where = option(self.options, "replaceWhere")
         if self.where is not None and self.mode != "overwrite":
             raise InvalidArgumentError("option 'replaceWhere' replaces the rows it matches: use mode('overwrite')")
+        # partitionOverwriteMode (Spark's and Delta's): dynamic (the default) replaces the partitions
+        # the input has rows for; static replaces the whole namespace (a replace-where of every row)
+        overwrite_mode = str(option(self.options, "partitionOverwriteMode") or "dynamic").strip().lower()
+        if overwrite_mode not in ("static", "dynamic"):
+            raise InvalidArgumentError(f"option 'partitionOverwriteMode' must be 'static' or 'dynamic', got "
+                                       f"{option(self.options, 'partitionOverwriteMode')!r}")
+        if overwrite_mode == "static" and self.mode == "overwrite" and self.where is None:
+            self.where = "TRUE"
         self.plan, ns = _plan_write(self.options, schema)
         self.skipped = None
         if self.batch_id is not None:  # a rerun of a published batch: no task writes anything
@@ -601,6 +639,7 @@ class LancepartDataSource(DataSource):
 
     def __init__(self, options) -> None:
         super().__init__(options)
+        check_options(self.options)  # a typo is refused, never read as a storage option
         # Spark creates the data source once per relation (load(), CREATE TEMPORARY VIEW) and every
         # read of the relation starts from this object: each query of a DataFrame reads the
         # __manifest version that was the latest at load, as the read plan Spark may reuse does
