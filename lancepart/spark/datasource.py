@@ -12,7 +12,8 @@ the same paths as :func:`lancepart.spark.write` and :func:`lancepart.spark.read`
   must not depend on the filters of one of them (:class:`LancepartReader`). Option ``filter``
   (SQL) prunes partition tables through ``__manifest`` for the whole DataFrame
   (:meth:`PartitionedNamespace.scan_plan`) and is applied exactly on the executors by
-  :func:`lancepart.spark.read.scan_batches`. One input partition per kept partition table.
+  :func:`lancepart.spark.read.scan_batches`. The kept tables are packed into input partitions
+  as Spark packs files (:mod:`lancepart.spark.packing`).
 * ``option("readChangeFeed", "true").option("startingVersion", N)`` reads the change feed and
   ``spark.readStream.format("lancepart").load(root)`` is a streaming source
   (:mod:`lancepart.spark.changes`).
@@ -73,7 +74,16 @@ from lancepart.errors import InvalidArgumentError, LancepartError, NamespaceExis
 from lancepart.results import CommitResult
 from lancepart.spark.options import OPTIONS as OPTIONS  # re-exported: the data source's own options
 from lancepart.spark.options import SPARK_OPTIONS as SPARK_OPTIONS
-from lancepart.spark.options import _int_option, _latest_version, _open, _root, storage_options
+from lancepart.spark.options import (
+    _int_option,
+    _latest_version,
+    _open,
+    _root,
+    check_options,
+    flag,
+    option,
+    storage_options,
+)
 from lancepart.spark.registry import NAME, data_source
 from lancepart.spark.registry import PUSHDOWN_CONF as PUSHDOWN_CONF  # re-exported
 from lancepart.spark.registry import register as register  # re-exported: docs and users call it here
@@ -205,6 +215,25 @@ def _open_for_write(options: Mapping[str, str], input_schema: pa.Schema):
     return ns
 
 
+def _merge_schema(ns, input_schema: pa.Schema) -> None:
+    """Option ``mergeSchema``: add the input's columns the namespace lacks (nullable) and widen
+    the columns the input holds in a wider type (the ``update_schema`` rules: an impossible
+    change is its typed error), in one ``__manifest`` commit before any row is written. The
+    rows are a second commit: a write that then fails leaves the schema change published."""
+    from lancepart.write.plan import promotable
+
+    add = [f.with_nullable(True) for f in input_schema if ns.schema.get_field_index(f.name) < 0]
+    widen = {f.name: f.type for f in input_schema if ns.schema.get_field_index(f.name) >= 0
+             and f.type != ns.schema.field(f.name).type and not promotable(f.type, ns.schema.field(f.name).type)}
+    if add or widen:
+        try:
+            ns.update_schema(add=add or None, widen=widen or None)
+        except LancepartError as e:
+            raise type(e)(f"option 'mergeSchema': {e}") from None
+        log.info("lancepart data source: mergeSchema changed the schema of %s: added %s, widened %s", ns.root,
+                 [f.name for f in add], sorted(widen))
+
+
 def _input_arrow_schema(schema) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -222,6 +251,8 @@ def _plan_write(options: Mapping[str, str], schema) -> tuple[_WritePlan, Any]:
     max_rows_per_file = _int_option(options, "max_rows_per_file", 1_048_576, 1)
     input_schema = _input_arrow_schema(schema)
     ns = _open_for_write(options, input_schema)
+    if flag(options, "mergeSchema"):
+        _merge_schema(ns, input_schema)
     check_schema(input_schema, ns.schema)  # before any byte is written
     spec = ns.current_spec
     from lancepart.spark.write import existing_tables
@@ -304,9 +335,17 @@ class LancepartWriter(DataSourceArrowWriter):
             except InvalidArgumentError as e:
                 raise InvalidArgumentError(f"option 'batch_id': {e}") from None
         # replaceWhere (Delta's option): the rows matching it are replaced by the input (docs/merge.md)
-        self.where = next((v for k, v in self.options.items() if k.lower() == "replacewhere"), None)
+        self.where = option(self.options, "replaceWhere")
         if self.where is not None and self.mode != "overwrite":
             raise InvalidArgumentError("option 'replaceWhere' replaces the rows it matches: use mode('overwrite')")
+        # partitionOverwriteMode (Spark's and Delta's): dynamic (the default) replaces the partitions
+        # the input has rows for; static replaces the whole namespace (a replace-where of every row)
+        overwrite_mode = str(option(self.options, "partitionOverwriteMode") or "dynamic").strip().lower()
+        if overwrite_mode not in ("static", "dynamic"):
+            raise InvalidArgumentError(f"option 'partitionOverwriteMode' must be 'static' or 'dynamic', got "
+                                       f"{option(self.options, 'partitionOverwriteMode')!r}")
+        if overwrite_mode == "static" and self.mode == "overwrite" and self.where is None:
+            self.where = "TRUE"
         self.plan, ns = _plan_write(self.options, schema)
         self.skipped = None
         if self.batch_id is not None:  # a rerun of a published batch: no task writes anything
@@ -527,10 +566,12 @@ class LancepartReader(DataSourceReader):
     self-join, a union of two filters). A plan pruned for one query's filters would silently
     drop the rows of the others."""
 
-    def __init__(self, options: Mapping[str, str], schema, load_version: int | None = None) -> None:
+    def __init__(self, options: Mapping[str, str], schema, load_version: int | None = None,
+                 session_defaults: Mapping[str, str] | None = None) -> None:
         self.options = dict(options)
         self.schema = schema
         self.load_version = load_version
+        self.session_defaults = dict(session_defaults or {})  # scan packing (lancepart.spark.packing)
         self.ns_schema = _open(self.options, load_version).schema
         from lancepart.errors import SchemaMismatchError
 
@@ -547,20 +588,24 @@ class LancepartReader(DataSourceReader):
         yield from filters
 
     def partitions(self) -> list[InputPartition]:
-        from lancepart.spark.read import plan_read
+        from lancepart.spark.packing import packing, plan_scan
 
         ns = _open(self.options, self.load_version)
         try:
             parts, filter, scan_filter = ns.scan_plan(self.options.get("filter"))
         except LancepartError as e:
             raise type(e)(f"option 'filter': {e}") from None
-        tasks = plan_read(ns.root, parts, _int_option(self.options, "split_rows", None, 1), ns.storage_options)
-        log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d tasks",
-                 ns.root, ns.manifest_version, len(parts), len(tasks))
+        tasks = plan_scan(ns.root, parts, packing(self.options, self.session_defaults),
+                          split_rows=_int_option(self.options, "split_rows", None, 1),
+                          storage_options=ns.storage_options)
+        log.info("lancepart data source: read %s at __manifest version %d: %d partition tables kept, %d pruned "
+                 "(option 'filter': %s), %d tasks", ns.root, ns.manifest_version, len(parts),
+                 len(ns.snapshot().table_pins()) - len(parts),
+                 self.options.get("filter"), len(tasks))
         from lancepart.evolution.schema_evolution import LEGACY_FIELD_IDS_KEY
 
         legacy = ns.snapshot().metadata.get(LEGACY_FIELD_IDS_KEY)  # places the columns of tables of older schemas
-        return [InputPartition(json.dumps({"task": t, "filter": filter, "scan_filter": scan_filter, "root": ns.root,
+        return [InputPartition(json.dumps({"tasks": t, "filter": filter, "scan_filter": scan_filter, "root": ns.root,
                                            "legacy": legacy}))
                 for t in tasks]
 
@@ -577,10 +622,11 @@ class LancepartReader(DataSourceReader):
         from lancepart.evolution.schema_evolution import LEGACY_FIELD_IDS_KEY, with_legacy_ids
 
         ns_schema = with_legacy_ids(self.ns_schema, {LEGACY_FIELD_IDS_KEY: d["legacy"]} if d.get("legacy") else {})
-        for b in scan_batches(d["root"], d["task"], ns_schema, d["filter"], d["scan_filter"],
-                              list(self.schema.names), so):
-            if b.num_rows:
-                yield conform(b, target)
+        for task in d["tasks"]:
+            for b in scan_batches(d["root"], task, ns_schema, d["filter"], d["scan_filter"], list(self.schema.names),
+                                  so):
+                if b.num_rows:
+                    yield conform(b, target)
 
 
 # --------------------------------------------------------------------------- the data source
@@ -588,8 +634,12 @@ class LancepartReader(DataSourceReader):
 class LancepartDataSource(DataSource):
     """``format("lancepart")``: a partitioned namespace root as a Spark table."""
 
+    #: the session's scan packing settings, set on the class :func:`register` registers
+    session_defaults: dict[str, str] = {}
+
     def __init__(self, options) -> None:
         super().__init__(options)
+        check_options(self.options)  # a typo is refused, never read as a storage option
         # Spark creates the data source once per relation (load(), CREATE TEMPORARY VIEW) and every
         # read of the relation starts from this object: each query of a DataFrame reads the
         # __manifest version that was the latest at load, as the read plan Spark may reuse does
@@ -611,7 +661,7 @@ class LancepartDataSource(DataSource):
 
         if change_feed(self.options):
             return ChangeFeedReader(self.options, schema, self.load_version)
-        return LancepartReader(self.options, schema, self.load_version)
+        return LancepartReader(self.options, schema, self.load_version, self.session_defaults)
 
     def streamReader(self, schema):
         """``spark.readStream.format("lancepart").load(root)`` (:mod:`lancepart.spark.changes`)."""

@@ -3,13 +3,14 @@
 
 Planning happens on the driver: :meth:`PartitionedNamespace.partitions` prunes through
 ``__manifest`` and yields every kept partition table with its ``read_version`` /
-``read_branch`` / ``read_tag``. Each table becomes one task description (JSON); a small
-DataFrame holds them, one per Spark partition, and ``mapInArrow`` runs the scan on the
+``read_branch`` / ``read_tag``. The tables are packed into tasks as Spark packs files
+(:mod:`lancepart.spark.packing`); a small DataFrame holds the task descriptions (JSON), one
+per Spark partition, and ``mapInArrow`` runs the scan on the
 executors: every task opens its table at the published version with pylance, pushes the
 column projection and the inclusive form of the filter into the Lance scanner, applies the
 filter exactly with DataFusion (as :meth:`PartitionedNamespace.to_table` does) and streams
 Arrow batches to Spark.
-Tables above ``split_rows`` rows are split into tasks of whole fragments.
+Tables bigger than a task (or above ``split_rows`` rows) are split into runs of whole fragments.
 
 The namespace schema maps onto Spark types explicitly (:func:`spark_schema`): timestamps
 without a zone become ``TIMESTAMP_NTZ`` (wall clock), with a zone ``TIMESTAMP`` (an instant),
@@ -33,15 +34,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lancepart.deprecation import keyword_only
-from lancepart.errors import InvalidArgumentError, SchemaMismatchError
+from lancepart.errors import SchemaMismatchError
 from lancepart.namespace import PartitionedNamespace
-from lancepart.results import PartitionInfo
 from lancepart.results import info_from_json as info_from_json  # re-exported
 from lancepart.results import info_to_json as info_to_json  # re-exported
 from lancepart.spark.registry import register
 from lancepart.spark.tasks import options_value, ship_options
 from lancepart.storage.error_mapping import public_operation
-from lancepart.util.parallel import map_threads
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -167,46 +166,6 @@ def output_schema(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema
 
 
 # --------------------------------------------------------------------------- planning
-def _fragment_chunks(root: str, info: PartitionInfo, split_rows: int,
-                     so: Mapping[str, str] | None) -> list[list[int] | None]:
-    """Fragment id lists of at most ``split_rows`` rows each (a bigger fragment is a task of its
-    own), or ``[None]`` (the whole table in one task) when the table is not above ``split_rows``."""
-    from lancepart.read.snapshot import open_published
-
-    ds = open_published(root, info, so)
-    if ds is None:  # declared, not created yet: no rows
-        return [None]
-    frags = ds.get_fragments()
-    rows = [f.count_rows() for f in frags]
-    if sum(rows) <= split_rows:
-        return [None]
-    chunks: list[list[int]] = [[]]
-    size = 0
-    for f, n in zip(frags, rows, strict=True):
-        if chunks[-1] and size + n > split_rows:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(f.fragment_id)
-        size += n
-    return list(chunks)
-
-
-def plan_read(root: str, partitions: Sequence[PartitionInfo], split_rows: int | None = None,
-              storage_options: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Task descriptions: one per partition table, or per run of fragments of a table holding
-    more than ``split_rows`` rows (each table is opened at its published version to count them).
-
-    >>> plan_read("/r", [])
-    []
-    """
-    if split_rows is None:
-        return [info_to_json(p, fragments=None) for p in partitions]
-    if split_rows < 1:
-        raise InvalidArgumentError(f"split_rows must be a positive number of rows, got {split_rows!r}")
-    chunked = map_threads(lambda p: _fragment_chunks(root, p, split_rows, storage_options), partitions)
-    return [info_to_json(p, fragments=c) for p, chunks in zip(partitions, chunked, strict=True) for c in chunks]
-
-
 # --------------------------------------------------------------------------- executors
 SCAN_BATCH_ROWS = 65_536
 
@@ -237,10 +196,11 @@ def _read_task(root: str, schema_bytes: bytes, filter: str | None, scan_filter: 
         target = pa.ipc.read_schema(pa.py_buffer(target_bytes))
         so = options_value(shipped)
         for batch in batches:
-            for task in batch.column(0).to_pylist():
-                for b in scan_batches(root, json.loads(task), schema, filter, scan_filter, columns, so):
-                    if b.num_rows:
-                        yield conform(b, target)
+            for packed in batch.column(0).to_pylist():
+                for task in json.loads(packed):
+                    for b in scan_batches(root, task, schema, filter, scan_filter, columns, so):
+                        if b.num_rows:
+                            yield conform(b, target)
 
     return run
 
@@ -262,10 +222,12 @@ def read(
     ``filter`` (SQL over source columns, as DataFusion parses it) prunes partition tables
     through ``__manifest`` on the driver; on the executors its inclusive form is pushed into
     every Lance scan and the filter itself is applied exactly (DataFusion semantics), so the
-    rows are those of :meth:`PartitionedNamespace.to_table`. ``columns`` projects. One Spark
-    task per kept partition table, each read at its ``read_version`` / ``read_branch`` /
-    ``read_tag``; with ``split_rows``, a table holding more rows is read by several tasks of
-    whole fragments. Storage options reach the executors as a broadcast.
+    rows are those of :meth:`PartitionedNamespace.to_table`. ``columns`` projects. The kept
+    partition tables, each read at its ``read_version`` / ``read_branch`` / ``read_tag``, are
+    packed into Spark tasks as Spark packs files (:mod:`lancepart.spark.packing`, with the
+    session's ``spark.sql.files.maxPartitionBytes`` / ``openCostInBytes`` / ``minPartitionNum``):
+    small tables share a task, a big table is read by several tasks of whole fragments, as is
+    a table holding more than ``split_rows`` rows. Storage options reach the executors as a broadcast.
 
     Example::
 
@@ -277,7 +239,9 @@ def read(
     struct = spark_schema(out)
     parts, filter, scan_filter = ns.scan_plan(filter)
     so = ns.storage_options
-    tasks = plan_read(ns.root, parts, split_rows, so)
+    from lancepart.spark.packing import packing, plan_scan, session_defaults
+
+    tasks = plan_scan(ns.root, parts, packing({}, session_defaults(spark)), split_rows=split_rows, storage_options=so)
     log.info("read %s: %d partition tables kept, %d tasks", ns.root, len(parts), len(tasks))
     if not tasks:
         return empty_frame(spark, struct)

@@ -29,6 +29,15 @@ def data_source(cls: type) -> type:
     return cls
 
 
+def _with_session_defaults(cls: type, spark) -> type:
+    """A subclass of the data source carrying the session's scan packing settings: the data
+    source runs in Python workers that cannot ask the session (:mod:`lancepart.spark.packing`)."""
+    from lancepart.spark.packing import session_defaults
+
+    return type(cls.__name__, (cls,), {"session_defaults": session_defaults(spark), "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
+
+
 def register(spark, strict: bool = True) -> None:
     """Register the ``lancepart`` data source in ``spark`` (idempotent) and enable Spark's filter
     pushdown for Python data sources, which the reader needs (``spark.sql.python.filterPushdown.enabled``).
@@ -46,7 +55,7 @@ def register(spark, strict: bool = True) -> None:
         if not _SOURCE:
             raise RuntimeError("the lancepart data source is not loaded: import lancepart.spark first")
         spark.conf.set(PUSHDOWN_CONF, "true")
-        spark.dataSource.register(_SOURCE[0])
+        spark.dataSource.register(_with_session_defaults(_SOURCE[0], spark))
     except Exception as e:
         if strict:
             raise
