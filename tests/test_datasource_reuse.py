@@ -186,13 +186,14 @@ def test_a_dataframe_whose_version_cleanup_removed_says_so(spark, tmp_path):
 
 def test_option_filter_prunes_and_every_query_keeps_it(spark, filled, oracle):
     """option("filter", sql) prunes partition tables through __manifest once for the DataFrame:
-    one input partition per kept table (with a task size of one byte), and every query of it
-    (count, WHERE, collect, SQL on a view with the option) reads only matching rows."""
+    one input partition per kept table (with a task size and an open cost above every table's
+    size), and every query of it (count, WHERE, collect, SQL on a view with the option) reads only matching rows."""
     rows, by_country, by_day = oracle
     ns = PartitionedNamespace.open(filled)
     kept = len(ns.partitions(by_day))
     assert 0 < kept < len(ns.partitions())
-    df = spark.read.format("lancepart").option("filter", by_day).option("maxPartitionBytes", "1").load(filled)
+    df = (spark.read.format("lancepart").option("filter", by_day).option("maxPartitionBytes", "1GB")
+          .option("openCostInBytes", "1GB").load(filled))
     assert df.rdd.getNumPartitions() == kept
     assert df.count() == len(rows(by_day))
     assert ids(df.where(by_country).collect()) == rows(f"{by_day} AND {by_country}")

@@ -16,6 +16,8 @@ OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file",
            "partitionoverwritemode")
 # options Spark itself passes along, never storage options
 SPARK_OPTIONS = ("checkpointlocation", "paths")
+#: what Spark adds to the options of a catalog table (CREATE TABLE ... USING lancepart)
+CATALOG_KEYS = ("owner", "provider", "location", "is_managed_location", "external", "comment")
 #: the explicit form of a storage option: ``storage.<key>`` passes ``<key>`` to Lance as it is
 STORAGE_PREFIX = "storage."
 #: object-store keys recognised as storage options without the prefix: these prefixes, and the
@@ -97,6 +99,11 @@ def check_options(options: Mapping[str, str]) -> None:
     """
     import difflib
 
+    if any(k.lower() == "owner" for k in options):  # Spark's catalog: CREATE TABLE ... USING lancepart
+        raise InvalidArgumentError("CREATE TABLE ... USING lancepart is not supported: Spark 4.3 gives a catalog "
+                                   "table's Python reader and writer no options (not even its path), so every read "
+                                   "or INSERT of it would fail. Use a temporary view: CREATE TEMPORARY VIEW v USING "
+                                   "lancepart OPTIONS (path '<root>') (docs/datasource.md)")
     for key in options:
         k = key.lower()
         if k in OPTIONS or k in SPARK_OPTIONS or is_storage_option(k):
