@@ -138,3 +138,13 @@ def test_merge_schema_adds_and_widens_columns_before_writing(spark, tmp_path):
     assert set(got.column("channel").to_pylist()) == {"web"}
     with pytest.raises(Exception, match=r"option 'mergeSchema' must be 'true' or 'false'"):
         to_df(spark, extra).write.format("lancepart").mode("append").option("mergeSchema", "yes").save(root)
+
+
+def test_write_threads_is_an_option_of_the_data_source_as_of_lps_write(spark, tmp_path):
+    root = str(tmp_path / "ns")
+    create_events_ns(root)
+    data = events(300, seed=6)
+    to_df(spark, data).write.format("lancepart").mode("append").option("write_threads", "1").save(root)
+    assert ids(PartitionedNamespace.open(root).to_table()) == ids(data)
+    with pytest.raises(Exception, match=r"option 'write_threads' must be an integer >= 1, got '0'"):
+        to_df(spark, data).write.format("lancepart").mode("append").option("write_threads", "0").save(root)

@@ -164,6 +164,7 @@ class _WritePlan:
     max_rows_per_file: int
     max_retries: int
     started: float
+    write_threads: int = 8
 
     def key(self) -> str:
         return hashlib.sha256(self.spec_json.encode() + self.schema_bytes).hexdigest()[:16]
@@ -249,6 +250,7 @@ def _plan_write(options: Mapping[str, str], schema) -> tuple[_WritePlan, Any]:
     max_retries = _int_option(options, "max_retries", 20, 0)
     flush_rows = _int_option(options, "flush_rows", 1_000_000, 1)
     max_rows_per_file = _int_option(options, "max_rows_per_file", 1_048_576, 1)
+    write_threads = _int_option(options, "write_threads", 8, 1)
     input_schema = _input_arrow_schema(schema)
     ns = _open_for_write(options, input_schema)
     if flag(options, "mergeSchema"):
@@ -260,7 +262,7 @@ def _plan_write(options: Mapping[str, str], schema) -> tuple[_WritePlan, Any]:
     existing = existing_tables(ns.snapshot(), spec.namespace)
     plan = _WritePlan(ns.root, spec.to_json_string(), ns.schema.serialize().to_pybytes(), existing,
                       uuid.uuid4().hex, ns.manifest.storage_options, flush_rows, max_rows_per_file, max_retries,
-                      started)
+                      started, write_threads)
     return plan, ns
 
 
@@ -270,7 +272,7 @@ def _write_fragments(plan: _WritePlan, batches: Iterator[pa.RecordBatch], existi
     from lancepart.spark.write import _write_task
 
     run = _write_task(plan.root, plan.spec_json, plan.schema_bytes, existing, job_id, plan.so, plan.flush_rows,
-                      plan.max_rows_per_file)
+                      plan.max_rows_per_file, plan.write_threads)
     rows: list[dict[str, Any]] = []
     for out in run(batches):
         rows.extend(out.to_pylist())

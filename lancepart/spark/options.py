@@ -10,10 +10,10 @@ from lancepart.errors import InvalidArgumentError, SnapshotExpiredError
 from lancepart.storage.manifest import normalize_root
 
 # options the data source reads itself, lower-cased (Spark's options are case-insensitive)
-OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file", "version", "split_rows", "spec",
-           "result_path", "replacewhere", "filter", "readchangefeed", "startingversion", "endingversion",
-           "maxpartitionbytes", "opencostinbytes", "minpartitions", "versionasof", "timestampasof", "mergeschema",
-           "partitionoverwritemode")
+OPTIONS = ("path", "batch_id", "max_retries", "flush_rows", "max_rows_per_file", "write_threads", "version",
+           "split_rows", "spec", "result_path", "replacewhere", "filter", "readchangefeed", "startingversion",
+           "endingversion", "maxpartitionbytes", "opencostinbytes", "minpartitions", "versionasof", "timestampasof",
+           "mergeschema", "partitionoverwritemode")
 # options Spark itself passes along, never storage options
 SPARK_OPTIONS = ("checkpointlocation", "paths")
 #: what Spark adds to the options of a catalog table (CREATE TABLE ... USING lancepart)
