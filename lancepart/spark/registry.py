@@ -38,9 +38,23 @@ def _with_session_defaults(cls: type, spark) -> type:
                                        "__qualname__": cls.__qualname__})
 
 
+def _register_functions(spark, strict: bool) -> None:
+    """The SQL table functions; a session that cannot take them (no Python UDTFs) keeps the data source."""
+    from lancepart.spark.sql_functions import register_functions
+
+    try:
+        register_functions(spark)  # lancepart_history(root), lancepart_changes(root, v), ...
+    except Exception as e:
+        if strict:
+            raise
+        log.warning("cannot register the lancepart SQL table functions in this Spark session: %s", e)
+
+
 def register(spark, strict: bool = True) -> None:
-    """Register the ``lancepart`` data source in ``spark`` (idempotent) and enable Spark's filter
-    pushdown for Python data sources, which the reader needs (``spark.sql.python.filterPushdown.enabled``).
+    """Register the ``lancepart`` data source in ``spark`` (idempotent), the SQL table functions
+    ``lancepart_history`` / ``_partitions`` / ``_changes`` / ``_describe``
+    (:mod:`lancepart.spark.sql_functions`), and enable Spark's filter pushdown for Python data
+    sources, which the reader needs (``spark.sql.python.filterPushdown.enabled``).
     ``strict=False`` (the implicit call of every ``lps.*`` function) logs a failure instead of
     raising it: ``lps.write`` does not need the data source.
 
@@ -56,6 +70,7 @@ def register(spark, strict: bool = True) -> None:
             raise RuntimeError("the lancepart data source is not loaded: import lancepart.spark first")
         spark.conf.set(PUSHDOWN_CONF, "true")
         spark.dataSource.register(_with_session_defaults(_SOURCE[0], spark))
+        _register_functions(spark, strict)
     except Exception as e:
         if strict:
             raise
