@@ -365,3 +365,36 @@ def test_sql_temporary_view_select_insert_and_create_table_limits(spark, tmp_pat
     with pytest.raises(Exception, match="UNSUPPORTED_DATASOURCE_FOR_DIRECT_QUERY"):
         spark.sql(f"SELECT count(*) FROM lancepart.`{root}`").collect()
     assert ns.refresh().to_table().num_rows == after.num_rows  # DROP TABLE leaves the data
+
+
+# --------------------------------------------------------------------------- pruning from pushFilters
+@pytest.mark.parametrize("per_scan", [False, True])
+def test_push_filters_prune_only_on_a_spark_that_keeps_plans_per_scan(monkeypatch, filled, per_scan):
+    """Spark 4.3 keeps one read plan per relation, so the reader never prunes by a query's
+    filters there (tests/test_datasource_reuse.py); a Spark that keeps the plan per scan
+    (detected by DataSourceReader.pushLimit) gets a plan pruned by the filters filter_sql can say
+    exactly. The capability is faked here in-process: the reader's own pushFilters, partitions
+    and read, both ways, give exactly ns.to_table's rows (Spark applies every filter again)."""
+    import json
+
+    from pyspark.sql.datasource import EqualTo, GreaterThan
+
+    from lancepart.spark import datasource
+    from lancepart.spark.read import spark_schema
+
+    monkeypatch.setattr(datasource, "keeps_plan_per_scan", lambda: per_scan)
+    ns = PartitionedNamespace.open(filled)
+    day = ns.to_table().column("event_date")[0].as_py()
+    reader = datasource.LancepartReader({"path": filled}, spark_schema(ns.schema), ns.manifest_version)
+    pushed = [EqualTo(("event_date",), day), GreaterThan(("amount",), 10.0)]
+    assert list(reader.pushFilters(pushed)) == pushed  # Spark keeps applying them
+    parts = reader.partitions()
+    tables = {t["object_id"] for p in parts for t in json.loads(p.value)["tasks"]}
+    by_day = f"event_date = DATE '{day}'"
+    assert tables == ({p.object_id for p in ns.partitions(by_day)} if per_scan else
+                      {p.object_id for p in ns.partitions()})
+    import pyarrow as pa
+
+    got = pa.Table.from_batches([b for p in parts for b in reader.read(p)])
+    want = ns.to_table(by_day) if per_scan else ns.to_table()
+    assert ids(got) == ids(want)

@@ -556,6 +556,14 @@ def filter_sql(f: Filter, schema: pa.Schema) -> str | None:
 
 
 # --------------------------------------------------------------------------- reading
+def keeps_plan_per_scan() -> bool:
+    """True on a Spark whose Python data sources keep their read plan per scan, not one per
+    relation: then a plan pruned by one query's filters serves that query only. Detected by
+    ``DataSourceReader.pushLimit``, which arrives with that change (Spark 4.3 has neither); never
+    by a version string."""
+    return hasattr(DataSourceReader, "pushLimit")
+
+
 class LancepartReader(DataSourceReader):
     """Plans on the driver through ``__manifest`` (one snapshot), scans on the executors.
 
@@ -574,6 +582,7 @@ class LancepartReader(DataSourceReader):
         self.schema = schema
         self.load_version = load_version
         self.session_defaults = dict(session_defaults or {})  # scan packing (lancepart.spark.packing)
+        self.pushed: list[str] = []  # SQL of the query's filters, only where keeps_plan_per_scan()
         self.ns_schema = _open(self.options, load_version).schema
         from lancepart.errors import SchemaMismatchError
 
@@ -583,10 +592,13 @@ class LancepartReader(DataSourceReader):
                                       f"(columns: {self.ns_schema.names})")
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        # Every filter stays with Spark, which applies it after the scan. The plan this reader
-        # makes may serve another query of the same DataFrame (see the class docstring), so it
-        # must not prune by these filters (filter_sql says which ones it could prune by exactly);
-        # option 'filter' prunes, the same for every query of the DataFrame.
+        # Every filter stays with Spark, which applies it after the scan. On Spark 4.3 the plan
+        # this reader makes may serve another query of the same DataFrame (see the class
+        # docstring), so it must not prune by these filters; option 'filter' prunes, the same for
+        # every query. A Spark that keeps the read plan per scan (keeps_plan_per_scan) gets a
+        # plan pruned by the filters filter_sql can say exactly, conservative as every pruning.
+        if keeps_plan_per_scan():
+            self.pushed = [sql for sql in (filter_sql(f, self.ns_schema) for f in filters) if sql is not None]
         yield from filters
 
     def partitions(self) -> list[InputPartition]:
@@ -597,6 +609,8 @@ class LancepartReader(DataSourceReader):
             parts, filter, scan_filter = ns.scan_plan(self.options.get("filter"))
         except LancepartError as e:
             raise type(e)(f"option 'filter': {e}") from None
+        if self.pushed:  # this scan's own filters (a Spark that keeps read plans per scan)
+            parts, filter, scan_filter = ns.scan_plan(" AND ".join(f"({f})" for f in [filter, *self.pushed] if f))
         tasks = plan_scan(ns.root, parts, packing(self.options, self.session_defaults),
                           split_rows=_int_option(self.options, "split_rows", None, 1),
                           storage_options=ns.storage_options)
