@@ -598,3 +598,39 @@ def test_a_merge_losing_every_round_gives_up_after_max_retries_evaluations(ns, m
     assert calls["n"] <= 4, f"{calls['n']} evaluations for max_retries=3"
     now = PartitionedNamespace.open(ns.root)
     assert now.to_table().num_rows == rows_before + calls["n"]  # only the rival's rows were published
+
+
+def test_a_merge_evaluated_again_publishes_its_new_tables_with_their_declared_indexes(ns, monkeypatch):
+    """A merge whose first evaluation a rival invalidates (it deletes a row the merge updates)
+    removes the table it created and writes it again under the same name, at version 1: the
+    index built on the removed table must not count for the new one (docs/indexes.md: every table
+    published with a write carries the declared indexes; verify reports ``index_missing``). Found
+    by the model test's --stress run."""
+    import datetime as dt
+
+    import lancepart.write.merge as merge_mod
+
+    ns.create_index("country", "BITMAP", name="ix_country", min_rows=1)
+    rival = PartitionedNamespace.open(ns.root)
+    base = ns.to_table(filter=DAY1)
+    update = base.slice(0, 5)
+    update = update.set_column(update.schema.get_field_index("amount"), "amount", pa.array([777.0] * 5))
+    new = base.slice(0, 1).to_pydict()
+    new["id"], new["event_date"] = [90_000], [dt.date(2026, 2, 1)]  # a partition nobody wrote yet
+    update = pa.concat_tables([update, pa.table(new, schema=base.schema)])
+    calls = {"n": 0}
+    evaluate = merge_mod.MergePlan.evaluate
+
+    def evaluate_then_rival_deletes(self, snap):
+        calls["n"] += 1
+        out = evaluate(self, snap)
+        if calls["n"] == 1:
+            rival.delete(f"id = {update.column('id')[0].as_py()}")  # a row this merge updates
+        return out
+
+    monkeypatch.setattr(merge_mod.MergePlan, "evaluate", evaluate_then_rival_deletes)
+    result = ns.merge(update, on=["id"])
+    assert calls["n"] >= 2 and result.details["evaluations"] >= 2
+    assert [p for p in ns.refresh().verify().problems if p.kind == "index_missing"] == []
+    assert sorted(ns.to_table("id = 90000 OR amount = 777.0").column("id").to_pylist()) == sorted(
+        update.column("id").to_pylist())

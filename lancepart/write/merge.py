@@ -377,11 +377,15 @@ class ChangeProducer(CommitProducer):
                            commit=commit)
 
     def discard(self) -> None:
-        """Forget the evaluation; remove the tables it created (referenced by nothing)."""
+        """Forget the evaluation; remove the tables it created (referenced by nothing), and the
+        index builds made for them: a table written again under the same name starts at version
+        1 again, and an index prepared on the removed files must never be committed onto it."""
         for w in [] if self.fixed_writes else self.writes:
             if w.created is not None:
                 remove_table_dir(self.manifest.root, w.location, self.manifest.storage_options)
         self.ev, self.writes, self.deletions, self.by_oid = None, [], {}, {}
+        self.indexed.clear()
+        self.prepared.clear()
         self.forget()
 
 
