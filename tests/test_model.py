@@ -37,6 +37,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -1102,10 +1103,11 @@ class NamespaceModel(RuleBasedStateMachine):
             self.do_rollback(data, fault=True)
         elif op == "create_index" and self.col(ID) is not None:
             name = self.name(ID)
+            ix = "ix_fault_" + re.sub(r"\W", "_", name)  # an index name is letters, digits and '_'
             result = self.run("create_index (fault)", lambda: self.ns.create_index(
-                name, "BTREE", name=f"ix_fault_{name}", min_rows=1), None, fault=True)
+                name, "BTREE", name=ix, min_rows=1), None, fault=True)
             if result is None:  # the declaration is committed, the build was not published
-                self.index_gaps.add(f"ix_fault_{name}")
+                self.index_gaps.add(ix)
 
     @rule()
     def reopen(self) -> None:
