@@ -71,7 +71,7 @@ def test_sizes_take_sparks_spellings_and_refuse_the_rest():
         with pytest.raises(InvalidArgumentError, match=r"option 'maxPartitionBytes' must be a"):
             packing({"maxpartitionbytes": bad})
     for bad in ("0", "two", "-3"):
-        with pytest.raises(InvalidArgumentError, match=r"option 'minPartitions' must be a positive integer"):
+        with pytest.raises(InvalidArgumentError, match=r"option 'minPartitions' must be an integer >= 1"):
             packing({"minpartitions": bad})
     # an option wins over the session's setting, which wins over Spark's default
     assert packing({"opencostinbytes": "1MB"}, {"opencostinbytes": "8MB"}).open_cost == MB
@@ -131,7 +131,7 @@ def test_a_big_table_is_read_by_several_tasks_of_whole_fragments(spark, tmp_path
 def test_bad_packing_options_are_refused_by_name(spark, forty):
     with pytest.raises(Exception, match=r"InvalidArgumentError: option 'maxPartitionBytes' must be a size"):
         spark.read.format("lancepart").option("maxPartitionBytes", "lots").load(forty.root).count()
-    with pytest.raises(Exception, match=r"InvalidArgumentError: option 'minPartitions' must be a positive integer"):
+    with pytest.raises(Exception, match=r"InvalidArgumentError: option 'minPartitions' must be an integer >= 1"):
         spark.read.format("lancepart").option("minPartitions", "0").load(forty.root).count()
 
 

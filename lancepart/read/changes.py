@@ -31,7 +31,7 @@ out) with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -323,7 +323,7 @@ class ChangeTask:
     # republishes unchanged is no change
     pairs: list[tuple[PartitionInfo | None, PartitionInfo | None]] | None = None
 
-    def table_pins(self) -> list[tuple[PartitionInfo | None, PartitionInfo | None]]:
+    def tables(self) -> list[tuple[PartitionInfo | None, PartitionInfo | None]]:
         """The (before, after) pins of every table of this task."""
         return list(self.pairs) if self.pairs is not None else [(self.old, self.new)]
 
@@ -467,7 +467,7 @@ def _expired(root: str, task: ChangeTask, storage_options: Mapping[str, str] | N
         retained = [v for v, _ in retained_versions(Manifest(root, storage_options).dataset())]
     except (LancepartError, OSError, ValueError):
         return None
-    pins = task.table_pins()
+    pins = task.tables()
     pinned_at = (([task.version - 1] if any(old is not None for old, _ in pins) else [])
                  + ([task.version] if any(new is not None for _, new in pins) else []))
     gone = [v for v in pinned_at if v not in retained]
@@ -477,6 +477,16 @@ def _expired(root: str, task: ChangeTask, storage_options: Mapping[str, str] | N
         f"changes of __manifest version {task.version} of {root}: version {gone[0]} is gone (a cleanup removed it "
         f"after the change feed was planned, with the table versions it pinned); the change feed reaches back to "
         f"version {retained[0]}: start from version {retained[0]} or later")
+
+
+def _deleted_inserted(pieces: Iterable[tuple[str, pa.Table]], schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
+    """The deleted and the inserted rows of ``pieces`` (kind, rows), each in one table of ``schema``."""
+    pieces = list(pieces)
+
+    def rows_of(kind: str) -> pa.Table:
+        return pa.concat_tables([t for k, t in pieces if k == kind] or [schema.empty_table()])
+
+    return rows_of("delete"), rows_of("insert")
 
 
 def _task_rows(root: str, task: ChangeTask, plan: ChangePlan, storage_options: Mapping[str, str] | None
@@ -494,15 +504,11 @@ def _task_rows(root: str, task: ChangeTask, plan: ChangePlan, storage_options: M
     if forward:
         pieces = _table_changes(reader(task.old), reader(task.new), forward=True)
     else:  # every table of the rollback, compared together
-        pieces = [p for old, new in task.table_pins() for p in _table_changes(reader(old), reader(new), forward=False)]
-        deleted = pa.concat_tables([t for k, t in pieces if k == "delete"] or [read_schema.empty_table()])
-        inserted = pa.concat_tables([t for k, t in pieces if k == "insert"] or [read_schema.empty_table()])
-        deleted, inserted = republished_removed(deleted, inserted)
+        pieces = [p for old, new in task.tables() for p in _table_changes(reader(old), reader(new), forward=False)]
+        deleted, inserted = republished_removed(*_deleted_inserted(pieces, read_schema))
         pieces = [("delete", deleted), ("insert", inserted)]
     if task.merge_on:  # an update's two images are paired over the whole table's changes
-        pieces = list(pieces)
-        deleted = pa.concat_tables([t for k, t in pieces if k == "delete"] or [read_schema.empty_table()])
-        inserted = pa.concat_tables([t for k, t in pieces if k == "insert"] or [read_schema.empty_table()])
+        deleted, inserted = _deleted_inserted(pieces, read_schema)
         if plan.filter:
             deleted, inserted = apply_filter(deleted, plan.filter), apply_filter(inserted, plan.filter)
         labelled = _label(deleted, inserted, task.merge_on)

@@ -8,7 +8,7 @@ partition tables with pylance on the executors::
     lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'")
     lps.compact(spark, "/data/events", filter="event_date < DATE '2025-12-01'")
     lps.delete(spark, "/data/events", "user_id = 42")
-    lps.search(spark, "/data/docs", queries_df, "embedding", k=10, id_column="qid")
+    lps.search(spark, "/data/docs", "embedding", queries_df, k=10, id_column="qid")
     lps.merge(changes_df, "/data/events", on=["id"])
     lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256)
 
@@ -20,6 +20,7 @@ True
 """
 
 from lancepart.read.spj import Compatibility, JoinPlan, spj_compatibility
+from lancepart.spark import sql_functions as sql_functions  # the SQL table functions lps.register registers
 from lancepart.spark.compact import compact
 from lancepart.spark.datasource import last_result, register
 from lancepart.spark.delete import delete

@@ -605,12 +605,13 @@ class LancepartReader(DataSourceReader):
         from lancepart.spark.packing import packing, plan_scan
 
         ns = _open(self.options, self.load_version)
+        given = self.options.get("filter")
+        # with this scan's own filters where Spark keeps read plans per scan (exact SQL, never refused)
+        wanted = " AND ".join(f"({f})" for f in [given, *self.pushed] if f and f.strip()) if self.pushed else given
         try:
-            parts, filter, scan_filter = ns.scan_plan(self.options.get("filter"))
+            parts, filter, scan_filter = ns.scan_plan(wanted)
         except LancepartError as e:
             raise type(e)(f"option 'filter': {e}") from None
-        if self.pushed:  # this scan's own filters (a Spark that keeps read plans per scan)
-            parts, filter, scan_filter = ns.scan_plan(" AND ".join(f"({f})" for f in [filter, *self.pushed] if f))
         tasks = plan_scan(ns.root, parts, packing(self.options, self.session_defaults),
                           split_rows=_int_option(self.options, "split_rows", None, 1),
                           storage_options=ns.storage_options)

@@ -160,7 +160,7 @@ def _time_travel(options: Mapping[str, str]) -> tuple[int | None, Any]:
                                        f"'2025-12-10' or '2025-12-10 08:00:00', got {raw!r}") from None
         return None, when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
     name = "versionAsOf" if named["versionAsOf"] is not None else "version"
-    return _int_option({name: named[name]} if named[name] is not None else {}, name, None, 1), None
+    return _int_option({name: named[name]}, name, None, 1), None
 
 
 def _open(options: Mapping[str, str], load_version: int | None = None):

@@ -97,22 +97,14 @@ def packing(options: Mapping[str, str], defaults: Mapping[str, Any] | None = Non
         value = options.get(key)
         return value if value is not None else defaults.get(key)
 
-    max_bytes = pick("maxpartitionbytes")
-    open_cost = pick("opencostinbytes")
-    min_parts = pick("minpartitions")
-    if min_parts is not None:
-        try:
-            min_parts = int(str(min_parts).strip())
-        except ValueError:
-            min_parts = 0
-        if min_parts < 1:
-            raise InvalidArgumentError(f"option 'minPartitions' must be a positive integer, got "
-                                       f"{pick('minpartitions')!r}")
+    from lancepart.spark.options import _int_option
+
+    max_bytes, open_cost = pick("maxpartitionbytes"), pick("opencostinbytes")
     return Packing(
         max_partition_bytes=DEFAULT_MAX_PARTITION_BYTES if max_bytes is None else byte_size("maxPartitionBytes",
                                                                                             max_bytes),
         open_cost=DEFAULT_OPEN_COST if open_cost is None else byte_size("openCostInBytes", open_cost),
-        min_partitions=1 if min_parts is None else min_parts)
+        min_partitions=_int_option({"minPartitions": pick("minpartitions")}, "minPartitions", 1, 1))
 
 
 def max_split_bytes(sizes: Sequence[int], p: Packing) -> int:

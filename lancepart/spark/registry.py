@@ -14,6 +14,8 @@ Example::
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("lancepart")
 
@@ -21,6 +23,7 @@ NAME = "lancepart"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 _SOURCE: list[type] = []  # the data source class, once lancepart.spark.datasource is imported
+_FUNCTIONS: list[Callable[[Any], None]] = []  # the table functions, once lancepart.spark.sql_functions is imported
 
 
 def data_source(cls: type) -> type:
@@ -38,12 +41,18 @@ def _with_session_defaults(cls: type, spark) -> type:
                                        "__qualname__": cls.__qualname__})
 
 
+def table_functions(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Decorator of the function that registers the SQL table functions in a session
+    (:mod:`lancepart.spark.sql_functions`): :func:`register` calls it."""
+    _FUNCTIONS[:] = [fn]
+    return fn
+
+
 def _register_functions(spark, strict: bool) -> None:
     """The SQL table functions; a session that cannot take them (no Python UDTFs) keeps the data source."""
-    from lancepart.spark.sql_functions import register_functions
-
     try:
-        register_functions(spark)  # lancepart_history(root), lancepart_changes(root, v), ...
+        for fn in _FUNCTIONS:
+            fn(spark)  # lancepart_history(root), lancepart_changes(root, v), ...
     except Exception as e:
         if strict:
             raise

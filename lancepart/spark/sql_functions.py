@@ -20,6 +20,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from lancepart.spark.registry import table_functions
+
 HISTORY_SCHEMA = ("version long, timestamp timestamp, operation string, batch_id string, rows_written long, "
                   "partitions_touched long, rows_removed long, properties map<string, string>")
 PARTITIONS_SCHEMA = ("object_id string, location string, spec_id int, partition_values map<string, string>, "
@@ -112,6 +114,7 @@ class LancepartChanges:
             yield from zip(*columns, strict=True)
 
 
+@table_functions
 def register_functions(spark) -> None:
     """Register the table functions in ``spark`` (``lps.register`` calls it)."""
     from pyspark.sql.functions import udtf
