@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -98,14 +99,21 @@ def delta_setup(table: pa.Table, root: str):
     return deltalake.DeltaTable(root)
 
 
-def spark_session(app: str):
+def spark_session(app: str, master: str = "local[*]"):
     """Spark on ``local[*]`` (driver memory 4g) for the ``--spark`` systems of benchmarks/delete.py
-    and benchmarks/merge.py; workers run this interpreter."""
+    and benchmarks/merge.py, or on ``master`` (a standalone cluster's ``spark://`` URL: executors of
+    1 core and 1 GiB on every worker); workers run this interpreter and import this checkout."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[*]").appName(app).config("spark.ui.enabled", "false")
-             .config("spark.driver.memory", "4g").config("spark.sql.shuffle.partitions", "8").getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(app).config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "4g").config("spark.sql.shuffle.partitions", "8"))
+    if not master.startswith("local"):
+        repo = str(Path(__file__).resolve().parent.parent)
+        builder = (builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.executor.memory", "1g").config("spark.executor.cores", "1")
+                   .config("spark.executorEnv.PYTHONPATH", repo))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

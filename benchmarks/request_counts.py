@@ -18,7 +18,9 @@ the proxy in ONE process.
                                         [--wall-partitions 200] [--rounds 3] [--spark]
 
 ``--spark`` adds ``lps.write`` on Spark ``local[*]`` (the cached DataFrame of the same rows) to
-the wall-time rounds.
+the wall-time rounds; ``--cluster`` runs it on a Spark standalone cluster instead (a master and
+two 1-core workers on 127.0.0.1, started by tests/spark_cluster.py: executors in their own
+processes, as in production).
 
 (Not ``requests.py``: a script directory is first on ``sys.path``, and a module of that name
 would shadow the ``requests`` library for every benchmark run from here.)
@@ -27,6 +29,7 @@ would shadow the ``requests`` library for every benchmark run from here.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -45,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.request_proxy import RequestCounter, counting_proxy
 from tests.seaweedfs_server import seaweedfs_s3
+from tests.spark_cluster import standalone_cluster
 
 
 def data(partitions: int, rows: int, seed: int) -> pa.Table:
@@ -124,6 +128,41 @@ def count_requests(s3, args) -> dict:
     return out
 
 
+def lance_on_spark(df, root: str, so: dict[str, str]) -> dict:
+    """The Spark floor: the same Spark job shape with plain Lance and nothing else. Each task
+    groups its rows by ``shop_id`` and writes each group as a new Lance table
+    (``lance.write_dataset``, 8 at a time on one session per Python worker) in a directory of its
+    own (``task<N>/shop=<k>``: tasks never share a table, so nothing is committed on the driver)."""
+
+    def task(batches):
+        import lance
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        global _BENCH_SESSION
+        try:
+            session = _BENCH_SESSION
+        except NameError:
+            session = _BENCH_SESSION = lance.Session()
+        t = pa.Table.from_batches(list(batches))
+        if not t.num_rows:
+            return
+        t = t.sort_by("shop_id")
+        keys, counts = pc.value_counts(t["shop_id"]).flatten()  # first-seen order: sorted
+        base = f"{root}/task{TaskContext.get().partitionId()}"
+        starts = np.concatenate([[0], np.cumsum(counts.to_numpy())[:-1]])
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: lance.write_dataset(t.slice(starts[i], counts[i].as_py()),
+                                                        f"{base}/shop={keys[i].as_py()}", mode="create",
+                                                        storage_options=so, session=session), range(len(keys))))
+        yield pa.RecordBatch.from_pydict({"n": [len(keys)]})
+
+    t0 = time.perf_counter()
+    df.mapInArrow(task, "n long").collect()
+    return {"s": time.perf_counter() - t0}
+
+
 def wall(s3, args) -> dict:
     import deltalake
     import lance
@@ -157,12 +196,12 @@ def wall(s3, args) -> dict:
         return {"s": time.perf_counter() - t}
 
     systems = {"lancepart": run_lancepart, "delta-rs": run_delta, "lance (one session, 16 threads)": run_lance}
-    if args.spark:
+    if args.spark or args.cluster:
         from peers import spark_session
 
         from lancepart import spark as lps
 
-        spark = spark_session("lancepart-bench-requests")
+        spark = spark_session("lancepart-bench-requests", args.cluster or "local[*]")
         df = spark.createDataFrame(table.to_pandas()).repartition(spark.sparkContext.defaultParallelism).cache()
         df.count()
 
@@ -170,9 +209,11 @@ def wall(s3, args) -> dict:
             ns = PartitionedNamespace.create(s3.new_root(), table.schema, SPEC, storage_options=so)
             t = time.perf_counter()
             r = lps.write(df, ns.root, storage_options=so)
-            return {"s": time.perf_counter() - t, "write_s": r.details.get("write_s")}
+            return {"s": time.perf_counter() - t, **{k: v for k, v in r.details.items() if k.endswith("_s")}}
 
-        systems["lancepart on Spark local[*]"] = run_spark
+        where = "standalone (2 workers x 1 core)" if args.cluster else "local[*]"
+        systems["lancepart on Spark " + where] = run_spark
+        systems["plain Lance on Spark " + where] = lambda: lance_on_spark(df, s3.new_root(), so)
     times: dict[str, list[dict]] = {s: [] for s in systems}
     names = list(systems)
     for rnd in range(args.rounds + 1):
@@ -186,6 +227,7 @@ def wall(s3, args) -> dict:
     return {"rows": table.num_rows, "partitions": args.wall_partitions, "rounds": args.rounds,
             "median_s": {n: round(v, 3) for n, v in med.items()},
             "lancepart_phases": times["lancepart"],
+            "spark_phases": next((rs for n, rs in times.items() if "Spark" in n), None),
             "ratio_lancepart_to": {n: round(med["lancepart"] / v, 2) for n, v in med.items() if n != "lancepart"}}
 
 
@@ -197,14 +239,21 @@ def main() -> int:
     ap.add_argument("--wall-partitions", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-wall", action="store_true", help="count requests only")
+    ap.add_argument("--no-requests", action="store_true", help="wall time only")
     ap.add_argument("--spark", action="store_true", help="also lps.write on Spark local[*] in the wall-time rounds")
+    ap.add_argument("--cluster", action="store_true",
+                    help="also lps.write on a Spark standalone cluster (master + 2 workers) in the wall-time rounds")
     args = ap.parse_args()
     import deltalake  # noqa: F401  (a missing peer fails before any work)
 
     info = {"machine": machine("pyarrow", "lance", "deltalake"), "store": "SeaweedFS S3 gateway on loopback"}
     print(json.dumps(info), flush=True)
-    with seaweedfs_s3(Path(tempfile.mkdtemp(prefix="lancepart-bench-requests-"))) as s3:
-        result = {"requests": count_requests(s3, args)}
+    base = Path(tempfile.mkdtemp(prefix="lancepart-bench-requests-"))
+    with seaweedfs_s3(base / "s3") as s3, contextlib.ExitStack() as stack:
+        if args.cluster:
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            args.cluster = stack.enter_context(standalone_cluster(base / "cluster"))["master"]
+        result = {"requests": count_requests(s3, args)} if not args.no_requests else {}
         if not args.no_wall:
             result["wall"] = wall(s3, args)
     print(json.dumps({**info, **result}, default=str), flush=True)

@@ -12,52 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.spark_cluster import standalone_cluster
+
 REPO = Path(__file__).resolve().parent.parent
 ARCHIVE = REPO / "build" / "lancepart-env.tar.gz"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
-    log = path.read_text(errors="replace")[-3000:] if path.exists() else ""
-    raise AssertionError(f"{' '.join(proc.args[:2])}: no {text!r} in {path} within {timeout}s\n{log}")
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each process group (the JVM and anything it forked), SIGKILL what is left."""
-    for p in reversed(procs):
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    for p in reversed(procs):
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -71,41 +38,10 @@ def archive() -> Path:
 
 
 @pytest.fixture(scope="module")
-def standalone(request, tmp_path_factory) -> dict:
+def standalone(tmp_path_factory) -> Iterator[dict]:
     """A Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1."""
-    import pyspark
-
-    spark_home = os.path.dirname(pyspark.__file__)
-    spark_class = os.path.join(spark_home, "bin", "spark-class")
-    base = tmp_path_factory.mktemp("standalone")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
-    env.update(SPARK_HOME=spark_home, SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m",
-               SPARK_LOG_DIR=str(base / "logs"), SPARK_NO_DAEMONIZE="1")
-    procs: list[subprocess.Popen] = []
-    request.addfinalizer(lambda: _stop(procs))
-
-    def start(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
-        log = base / f"{name}.log"
-        with open(log, "w") as out:
-            procs.append(subprocess.Popen([spark_class, *args], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=base))
-        return procs[-1], log
-
-    port = _free_port()
-    master = f"spark://127.0.0.1:{port}"
-    proc, log = start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                      "--port", str(port), "--webui-port", str(_free_port()))
-    _wait_for(log, "I have been elected leader", proc)
-    work_dirs = []
-    for i in (1, 2):
-        work = base / f"worker{i}"
-        work.mkdir()
-        work_dirs.append(work)
-        proc, log = start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1",
-                          "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port()),
-                          "--work-dir", str(work))
-        _wait_for(log, "Successfully registered with master", proc)
-    return {"master": master, "work_dirs": work_dirs, "procs": procs}
+    with standalone_cluster(tmp_path_factory.mktemp("standalone")) as cluster:
+        yield cluster
 
 
 @pytest.mark.cluster
