@@ -1037,6 +1037,31 @@ class PartitionedNamespace:
         self.refresh()
         return result
 
+    @keyword_only()
+    @public_operation("update")
+    def update(self, set: Mapping[str, str], filter: str | None = None, *, batch_id: str | None = None,
+               commit: CommitOptions | None = None, max_retries: int | None = None) -> CommitResult:
+        """Set columns to SQL expressions (DataFusion, over each row's old values) on every
+        published row matching ``filter`` (every row when None), in one publish
+        (:mod:`lancepart.write.update`): a row whose partition source changes moves to its new
+        partition; rebased and retried like a merge; at most once with a ``batch_id``.
+        ``details["rows_updated"]``. A column the namespace does not have, an expression that
+        cannot be planned or cast to its column's type, or one that is not deterministic is
+        :class:`InvalidArgumentError`, nothing read.
+
+        >>> ns.update({"amount": "amount * 2", "country": "lower(country)"}, "id = 1").details["rows_updated"]
+        1
+        >>> ns.to_table("id = 1", columns=["amount", "country"]).to_pylist()
+        [{'amount': 20.0, 'country': 'us'}]
+        """
+        self._writable("update")
+        from lancepart.write.update import update
+
+        retries, props = commit_settings(commit, max_retries)
+        result = update(self, set, filter, batch_id=batch_id, max_retries=retries, properties=props)
+        self.refresh()
+        return result
+
     @public_operation("create_index")
     def create_index(self, column: str, index_type: str, *, name: str | None = None, replace: bool = False,
                      min_rows: int | None = None, commit: CommitOptions | None = None, max_retries: int | None = None,

@@ -262,6 +262,7 @@ SURFACE = {
     "to_pandas": "(self, filter=None, columns=None) -> pandas.DataFrame",
     "to_polars": "(self, filter=None, columns=None) -> polars.DataFrame",
     "to_table": "(self, filter=None, columns=None) -> pa.Table",
+    "update": "(self, set, filter=None, *, batch_id=None, commit=None, max_retries=None) -> CommitResult",
     "update_schema": "(self, add=None, rename=None, drop=None, widen=None, *, commit=None, max_retries=None) "
                      "-> CommitResult",
     "update_spec": "(self, fields, *, commit=None, max_retries=None) -> EvolveResult",
@@ -300,8 +301,8 @@ LPS_SURFACE = {
 
 #: the methods that publish a __manifest commit: each takes commit= and max_retries=, last
 PUBLISHING = ("compact", "create_index", "delete", "drop_index", "drop_partitions", "dynamic_partition_overwrite",
-              "evolve", "merge", "overwrite", "repair", "repair (handle)", "rollback", "update_schema", "update_spec",
-              "write")
+              "evolve", "merge", "overwrite", "repair", "repair (handle)", "rollback", "update", "update_schema",
+              "update_spec", "write")
 LPS_PUBLISHING = ("compact", "create_index", "delete", "drop_index", "merge", "write")
 #: the options every method that has them takes in this order, after its own options
 SHARED = ("dry_run", "batch_id", "storage_options", "commit", "max_retries")
@@ -512,6 +513,7 @@ OPERATIONS = {
                                            commit=c),
     "merge": lambda ns, c: ns.merge(events([1, 11], ["FR", "US"]), ["id"], commit=c),
     "delete": lambda ns, c: ns.delete("id = 2", commit=c),
+    "update": lambda ns, c: ns.update({"country": "'JP'"}, "id = 2", commit=c),
     "compact": lambda ns, c: (ns.write(events([12], ["US"])), ns.compact(commit=c)),
     "drop_partitions": lambda ns, c: ns.drop_partitions("country = 'DE'", commit=c),
     "rollback": lambda ns, c: (ns.write(events([13], ["US"])), ns.rollback(ns.manifest_version - 1, commit=c)),

@@ -14,6 +14,7 @@
     lancepart verify ROOT [--deep]
     lancepart drop-partitions ROOT --filter SQL [--dry-run]
     lancepart delete ROOT --filter SQL [--max-retries N]
+    lancepart update ROOT --set COL=EXPR [--set COL=EXPR ...] [--filter SQL] [--batch-id ID]
     lancepart history ROOT [--limit N]
     lancepart changes ROOT --from N [--to M] [--filter SQL] [--columns C,C...]
     lancepart rollback ROOT --version N [--max-retries N]
@@ -431,6 +432,23 @@ def _cmd_delete(args: argparse.Namespace) -> Any:
     return None
 
 
+def _cmd_update(args: argparse.Namespace) -> Any:
+    ns = _open(args)
+    assignments = dict(args.set)
+    shown = ", ".join(f"{c} = {e}" for c, e in assignments.items())
+    _Progress(args.quiet)(f"updating rows of {ns.root}: set {shown}" + (f" where {args.filter}" if args.filter else ""))
+    result = ns.update(assignments, args.filter, batch_id=args.batch_id, commit=_commit(args),
+                       max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, **result.to_dict()}
+    if result.skipped:
+        print(f"batch {args.batch_id} is already published (manifest version {result.manifest_version}); nothing done")
+        return None
+    print(f"updated {result.details.get('rows_updated', 0)} rows in {result.partitions_touched} partitions of "
+          f"{ns.root}; manifest version {result.manifest_version}")
+    return None
+
+
 def _cmd_merge(args: argparse.Namespace) -> Any:
     ns = _open(args)
     on = [c.strip() for c in args.on.split(",") if c.strip()]
@@ -743,6 +761,26 @@ def _parser_delete(add: _Add) -> None:
     _max_retries(dl)
 
 
+def _set_item(text: str) -> tuple[str, str]:
+    col, sep, expr = text.partition("=")
+    if not sep or not col.strip() or not expr.strip():
+        raise argparse.ArgumentTypeError(f"expected COL=EXPR, e.g. amount=amount*2 or country='US'; got {text!r}")
+    return col.strip(), expr.strip()
+
+
+def _parser_update(add: _Add) -> None:
+    up = add("update", "set columns to SQL expressions on the rows matching a filter, in one commit", _cmd_update,
+             description="Set each --set column to its SQL expression (DataFusion, over the row's old values) on "
+                         "every published row for which --filter is TRUE (every row without it): the old rows get "
+                         "Lance deletions, the new ones are written into their partitions (a row whose partition "
+                         "source changes moves), one __manifest commit. docs/merge.md.")
+    up.add_argument("--set", action="append", required=True, type=_set_item, metavar="COL=EXPR",
+                    help="a column and its new value, e.g. amount=amount*2 or \"country='US'\" (repeatable)")
+    up.add_argument("--filter", metavar="SQL", help="the rows to update, e.g. \"user_id = 42\" (default: every row)")
+    up.add_argument("--batch-id", metavar="ID", help="exactly-once id: already published makes this a no-op")
+    _max_retries(up)
+
+
 def _parser_merge(add: _Add) -> None:
     mg = add("merge", "upsert rows from local files by key columns, in one commit", _cmd_merge,
              description="Merge (upsert) Parquet, CSV, JSON or Arrow IPC files by key columns: published rows "
@@ -819,7 +857,8 @@ def _parser_index(add: _Add) -> None:
 _PARSERS = (
     _parser_create, _parser_describe, _parser_partitions, _parser_history, _parser_changes, _parser_rollback,
     _parser_explain, _parser_ingest, _parser_overwrite, _parser_compact, _parser_cleanup, _parser_evolve,
-    _parser_migrate, _parser_repair, _parser_verify, _parser_drop_partitions, _parser_delete, _parser_merge,
+    _parser_migrate, _parser_repair, _parser_verify, _parser_drop_partitions, _parser_delete, _parser_update,
+    _parser_merge,
     _parser_alter, _parser_search, _parser_index,
 )
 

@@ -293,6 +293,18 @@ def _check_row_wise(expression: str, toks: list[_Tok]) -> None:
                 )
 
 
+def check_row_wise(expression: str) -> None:
+    """:class:`InvalidSpecError` unless ``expression`` is row-wise and deterministic by
+    DataFusion's own function catalog (no volatile function, aggregate, window or subquery).
+
+    >>> check_row_wise("amount * 2")
+    >>> check_row_wise("amount * random()")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    lancepart.errors.InvalidSpecError: expression 'amount * random()': DataFusion marks random() as not ...
+    """
+    _check_row_wise(expression, _tokens(expression))
+
+
 _SQL_OPTIONS = _df.SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
 
 
