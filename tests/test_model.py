@@ -1122,7 +1122,7 @@ class NamespaceModel(RuleBasedStateMachine):
                 self.check_version(v, (self.state,), must=self.state, what=f"strip ({op}) and repair")
 
     @rule(data=st.data(), op=st.sampled_from(["append", "overwrite", "replace_where", "merge", "delete", "compact",
-                                               "rollback", "create_index"]))
+                                               "rollback", "create_index", "update"]))
     def fault_before_commit(self, data, op) -> None:
         """The operation dies right before its ``__manifest`` commit (an InjectedFault from
         lancepart/util/faults.py): nothing published, the oracle unchanged."""
@@ -1134,6 +1134,8 @@ class NamespaceModel(RuleBasedStateMachine):
             self.do_merge(data, "id", fault=True)
         elif op == "delete":
             self.do_delete(data, fault=True)
+        elif op == "update" and self.schema_guard():
+            self.do_update(data, fault=True)
         elif op == "compact":
             self.do_compact(data, fault=True)
         elif op == "rollback":
