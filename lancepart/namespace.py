@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the types of what the engine methods return (optional depen
     import duckdb
     import pandas
     import polars
+    import pyarrow.dataset
 
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = _ids.SPEC_KEY_PREFIX
@@ -634,6 +635,39 @@ class PartitionedNamespace:
 
         require("polars", "polars")
         return to_polars(self.to_table(filter, columns))
+
+    @keyword_only()
+    @public_operation("to_pyarrow_dataset", publishes=False)
+    def to_pyarrow_dataset(self, filter: str | None = None, columns: Sequence[str] | None = None
+                           ) -> pyarrow.dataset.Dataset:
+        """The snapshot of this call as a ``pyarrow.dataset.Dataset`` (the rows matching
+        ``filter``, projected on ``columns``) for engines that scan one: DuckDB
+        (``duckdb.sql("SELECT ... FROM ds WHERE ...")``), Polars (``pl.scan_pyarrow_dataset``),
+        pyarrow itself. The filter an engine hands its scanner (a pyarrow ``Expression``) prunes
+        partitions through ``__manifest`` as far as it translates to SQL (comparisons of a column
+        with a literal, ``is_in``, null checks, AND / OR / NOT: docs/reading.md) and is then
+        applied by pyarrow to the rows read, so a scan returns what pyarrow returns over the
+        same rows. Every scan streams the kept tables (memory flat) at the versions pinned now:
+        later commits are not seen.
+
+        >>> import pyarrow.compute as pc
+        >>> ds = ns.to_pyarrow_dataset(columns=["id", "event_date", "country"])
+        >>> ds.to_table(filter=pc.field("event_date") == date(2025, 12, 10), columns=["id", "country"]).to_pylist()
+        [{'id': 3, 'country': 'US'}, {'id': 4, 'country': 'DE'}]
+        >>> import duckdb
+        >>> duckdb.sql("SELECT count(*) FROM ds WHERE country = 'US'").fetchall()
+        [(3,)]
+        """
+        from lancepart.read.pyarrow_dataset import NamespaceDataset
+
+        return NamespaceDataset(self._pinned(), filter, columns)
+
+    def _pinned(self) -> PartitionedNamespace:
+        """A read-only handle on this handle's snapshot, for a reader that must keep reading it
+        after this handle moves on (its own commits, ``refresh``)."""
+        ns = PartitionedNamespace(self.root, self._manifest, self._snapshot)
+        ns._read_only = True
+        return ns
 
     @keyword_only("connection")
     @public_operation("to_duckdb", publishes=False)

@@ -261,6 +261,7 @@ SURFACE = {
     "to_duckdb": "(self, table_name, filter=None, columns=None, *, connection=None) -> duckdb.DuckDBPyConnection",
     "to_pandas": "(self, filter=None, columns=None) -> pandas.DataFrame",
     "to_polars": "(self, filter=None, columns=None) -> polars.DataFrame",
+    "to_pyarrow_dataset": "(self, filter=None, columns=None) -> pyarrow.dataset.Dataset",
     "to_table": "(self, filter=None, columns=None) -> pa.Table",
     "update_schema": "(self, add=None, rename=None, drop=None, widen=None, *, commit=None, max_retries=None) "
                      "-> CommitResult",

@@ -101,13 +101,13 @@ def to_duckdb(make: Callable[[], pa.RecordBatchReader], schema: pa.Schema, table
 _OFFSET_TZ = re.compile(r"^[+-]\d{2}:?\d{2}$")
 
 
-def polars_ready(table: pa.Table) -> pa.Table:
-    """``table`` in types Polars takes. Polars panics on ``decimal256`` and refuses a fixed-offset
+def polars_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` in types Polars takes. Polars panics on ``decimal256`` and refuses a fixed-offset
     time zone (``'+05:30'``): a ``decimal256`` of at most 38 digits becomes the same
     ``decimal128`` and a fixed-offset timestamp the same instant in UTC (docs/reading.md); a wider
     decimal is :class:`InvalidArgumentError` naming the column."""
     fields = []
-    for f in table.schema:
+    for f in schema:
         t = f.type
         if pa.types.is_decimal256(t):
             if t.precision > 38:
@@ -118,7 +118,12 @@ def polars_ready(table: pa.Table) -> pa.Table:
         elif pa.types.is_timestamp(t) and t.tz is not None and _OFFSET_TZ.match(t.tz):
             t = pa.timestamp(t.unit, tz="UTC")
         fields.append(f.with_type(t))
-    schema = pa.schema(fields, metadata=table.schema.metadata)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def polars_ready(table: pa.Table) -> pa.Table:
+    """``table`` in the types of :func:`polars_schema`."""
+    schema = polars_schema(table.schema)
     return table if schema.equals(table.schema) else table.cast(schema)
 
 
