@@ -68,6 +68,8 @@ METHODS = {
                   {"table_name": TEXT, "filter": FILTER, "columns": COLUMNS, "connection": OBJECT}),
     "to_pyarrow_dataset": (lambda ns, **kw: ns.to_pyarrow_dataset(**kw).to_table(),
                            {"filter": "id > 1", "columns": ["id"]}, {"filter": FILTER, "columns": COLUMNS}),
+    "scan_polars": (lambda ns, **kw: ns.scan_polars(**kw).collect(), {"filter": "id > 1", "columns": ["id"]},
+                    {"filter": FILTER, "columns": COLUMNS}),
     "sql": (lambda ns, **kw: ns.sql(**kw).to_arrow_table(),
             {"query": "SELECT count(*) FROM t", "table": "t", "ctx": None},
             {"query": TEXT, "table": TEXT, "ctx": OBJECT}),
@@ -92,7 +94,7 @@ METHODS = {
 def test_every_public_read_method_is_walked():
     """The walk covers every public reading method of PartitionedNamespace."""
     assert set(METHODS) == {"to_table", "to_batches", "to_pandas", "to_polars", "to_duckdb", "to_pyarrow_dataset",
-                            "sql", "changes", "partitions", "explain", "search", "search_text"}
+                            "scan_polars", "sql", "changes", "partitions", "explain", "search", "search_text"}
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

@@ -253,6 +253,7 @@ SURFACE = {
     "repair (handle)": "(*, dry_run=False, commit=None, max_retries=None) -> RepairReport",
     "rollback": "(self, version, *, commit=None, max_retries=None) -> CommitResult",
     "scan_plan": "(self, filter) -> tuple[list[PartitionInfo], str | None, str | None]",
+    "scan_polars": "(self, filter=None, columns=None) -> polars.LazyFrame",
     "search": "(self, column, query, k=10, filter=None, columns=None, **params) -> pa.Table",
     "search_text": "(self, column, query, k=10, filter=None, columns=None) -> pa.Table",
     "snapshot": "(self) -> ManifestSnapshot",

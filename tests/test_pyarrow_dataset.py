@@ -155,6 +155,25 @@ def test_polars_lazy_filter_prunes_without_any_lancepart_call(written, opened):
     df = pl.scan_pyarrow_dataset(ds).filter(pl.col("k") == 3).select("id").collect()
     assert sorted(df["id"].to_list()) == ids(ns.to_table("k = 3"))
     assert set(opened) == tables_for(ns, "k = 3")
+    opened.clear()
+    lazy = ns.scan_polars(columns=["id", "k", "Country"])
+    df = lazy.filter((pl.col("Country") == "FR") & pl.col("k").is_in([1, 2])).collect()
+    assert sorted(df["id"].to_list()) == ids(ns.to_table("\"Country\" = 'FR' AND k IN (1, 2)"))
+    assert set(opened) == tables_for(ns, "\"Country\" = 'FR' AND k IN (1, 2)")
+
+
+def test_to_duckdb_where_prunes_and_keeps_its_own_filter(written, opened):
+    """``to_duckdb`` registers the dataset: a query's WHERE prunes too, on top of the filter given
+    to ``to_duckdb``; each query streams the snapshot again."""
+    duckdb = pytest.importorskip("duckdb")
+    ns, _ = written
+    con = duckdb.connect()
+    ns.to_duckdb("ev", "\"Country\" = 'US'", columns=["id", "k"], connection=con)
+    opened.clear()
+    got = con.sql("SELECT id FROM ev WHERE k = 2").fetchall()
+    assert sorted(r[0] for r in got) == ids(ns.to_table("\"Country\" = 'US' AND k = 2"))
+    assert set(opened) == tables_for(ns, "\"Country\" = 'US' AND k = 2")
+    assert con.sql("SELECT count(*) FROM ev").fetchall() == [(ns.to_table("\"Country\" = 'US'").num_rows,)]
 
 
 def test_an_untranslatable_expression_prunes_nothing_and_is_still_exact(written, opened):
@@ -315,6 +334,25 @@ def test_batches_stream_in_the_size_asked_and_the_dataset_pickles(written):
     again = pickle.loads(pickle.dumps(ds.filter(field("Country") == "US")))
     assert again.manifest_version == ds.manifest_version
     assert ids(again.to_table()) == ids(ns.to_table("k = 1 AND \"Country\" = 'US'"))
+
+
+def test_scan_polars_takes_the_types_to_polars_takes(tmp_path):
+    """``scan_polars`` hands Polars the types ``to_polars`` converts to (a ``decimal256`` of at
+    most 38 digits as ``decimal128``, a ``+05:30`` zone as UTC), and filters on them."""
+    pl = pytest.importorskip("polars")
+    from decimal import Decimal
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("amount", pa.decimal256(20, 2)),
+                        ("ts", pa.timestamp("us", tz="+05:30"))])
+    spec = {"id": 1, "fields": [{"field_id": "id_b", "source_ids": [0],
+                                 "transform": {"type": "bucket", "num_buckets": 2}, "result_type": {"type": "int32"}}]}
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, spec)
+    t0 = dt.datetime(2025, 1, 1, tzinfo=UTC)
+    ns.write(pa.table({"id": [1, 2, 3], "amount": [Decimal("1.50"), Decimal("2.25"), None],
+                       "ts": [t0, t0 + dt.timedelta(hours=1), None]}, schema=schema))
+    got = ns.scan_polars().filter(pl.col("ts") > t0).collect()
+    assert got["id"].to_list() == [2]
+    assert ns.scan_polars().sort("id").collect().equals(ns.to_polars().sort("id"))
 
 
 # ------------------------------------------------------------------ the translation itself
