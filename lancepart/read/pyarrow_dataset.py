@@ -63,7 +63,9 @@ class NamespaceDataset(pds.Dataset):
         self._polars = polars
         self._schema = polars_schema(self._source_schema) if polars else self._source_schema
         self._expression = _check_expression(expression)
-        ns.scan_plan(self._sql)  # the filter is checked now, and its plan kept for the scans
+        # the filter is checked now; its plan (the snapshot's, which never changes) serves every scan
+        # the Expression does not narrow (listing every partition of a large namespace costs ms)
+        self._base_plan = ns.scan_plan(self._sql)
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -99,7 +101,10 @@ class NamespaceDataset(pds.Dataset):
         if expression is None:
             raise invalid("expression", expression, "a pyarrow.compute.Expression")
         combined = expression if self._expression is None else self._expression & expression
-        return NamespaceDataset(self._ns, self._sql, self._columns, polars=self._polars, expression=combined)
+        narrowed = NamespaceDataset.__new__(NamespaceDataset)  # the same snapshot and plan, not made again
+        narrowed.__dict__.update(self.__dict__)
+        narrowed._expression = combined
+        return narrowed
 
     def scanner(self, columns: Sequence[str] | Mapping[str, pc.Expression] | None = None,
                 filter: pc.Expression | None = None, batch_size: int | None = None, batch_readahead: Any = None,
@@ -202,16 +207,16 @@ class NamespaceDataset(pds.Dataset):
     def _plan(self, expression: pc.Expression | None) -> tuple[list[Any], str | None, str | None]:
         """(kept partitions, exact SQL filter, inclusive scan filter): pruned by the dataset's
         filter AND what the Expression translates to; the exact filter is the dataset's alone."""
-        parts, exact, scan_filter = self._ns.scan_plan(self._sql)
+        parts, exact, scan_filter = self._base_plan
         prune = arrow_filter.prune_sql(expression, self._ns.schema)
         if prune is None:
-            return parts, exact, scan_filter
+            return list(parts), exact, scan_filter
         combined = prune if exact is None else f"({exact}) AND ({prune})"
         try:
             parts, _, scan_filter = self._ns.scan_plan(combined)
         except LancepartError as e:  # pruning refuses it: the Expression still filters
             log.debug("the pruning predicate %r of %s is not used: %s", prune, expression, e)
-        return parts, exact, scan_filter
+        return list(parts), exact, scan_filter
 
     def _stream(self, parts: list[Any], exact: str | None, scan_filter: str | None, columns: list[str],
                 batch_size: int | None) -> pa.RecordBatchReader:
