@@ -145,6 +145,19 @@ def test_duckdb_where_prunes_without_any_lancepart_call(written, opened):
     assert set(opened) == tables_for(ns, "TRUE")
 
 
+def test_each_scan_of_a_duckdb_self_join_prunes_by_its_own_filter(written, opened):
+    """A query scanning the dataset twice (a self-join, scans on DuckDB's threads): each scan is
+    pruned by the filter DuckDB pushes into it."""
+    duckdb = pytest.importorskip("duckdb")
+    ns, _ = written
+    con = duckdb.connect()
+    con.register("ev", ns.to_pyarrow_dataset())
+    opened.clear()
+    got = con.sql("SELECT count(*) FROM ev a JOIN ev b ON a.id + 1 = b.id WHERE a.k = 1 AND b.k = 2").fetchall()
+    assert got == [(len(set(ids(ns.to_table("k = 1"))) & {i - 1 for i in ids(ns.to_table("k = 2"))}),)]
+    assert set(opened) == tables_for(ns, "k IN (1, 2)")
+
+
 def test_polars_lazy_filter_prunes_without_any_lancepart_call(written, opened):
     """``pl.scan_pyarrow_dataset(ds).filter(pl.col("k") == 3)``: Polars hands ``ds.to_batches``
     the filter; only the tables of k = 3 are opened."""

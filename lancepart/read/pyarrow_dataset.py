@@ -20,6 +20,7 @@ kept): later commits are not seen, by any scan.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,7 @@ class NamespaceDataset(pds.Dataset):
         # the filter is checked now; its plan (the snapshot's, which never changes) serves every scan
         # the Expression does not narrow (listing every partition of a large namespace costs ms)
         self._base_plan = ns.scan_plan(self._sql)
+        self._plan_lock = threading.Lock()  # an engine may start scans on several threads (a self-join)
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -213,7 +215,8 @@ class NamespaceDataset(pds.Dataset):
             return list(parts), exact, scan_filter
         combined = prune if exact is None else f"({exact}) AND ({prune})"
         try:
-            parts, _, scan_filter = self._ns.scan_plan(combined)
+            with self._plan_lock:  # the handle's plan cache is not shared between threads
+                parts, _, scan_filter = self._ns.scan_plan(combined)
         except LancepartError as e:  # pruning refuses it: the Expression still filters
             log.debug("the pruning predicate %r of %s is not used: %s", prune, expression, e)
         return list(parts), exact, scan_filter
