@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the types of what the engine methods return (optional depen
     import duckdb
     import pandas
     import polars
+    import pyarrow.dataset
 
 SCHEMA_KEY = "schema"
 SPEC_KEY_PREFIX = _ids.SPEC_KEY_PREFIX
@@ -635,15 +636,68 @@ class PartitionedNamespace:
         require("polars", "polars")
         return to_polars(self.to_table(filter, columns))
 
+    @keyword_only()
+    @public_operation("scan_polars", publishes=False)
+    def scan_polars(self, filter: str | None = None, columns: Sequence[str] | None = None) -> polars.LazyFrame:
+        """A Polars ``LazyFrame`` over the snapshot of this call (``pl.scan_pyarrow_dataset`` of
+        :meth:`to_pyarrow_dataset`): the filters of the query that Polars pushes down prune
+        partitions, and nothing is read before ``collect``. Columns in the types of
+        :meth:`to_polars` (a ``decimal256`` of at most 38 digits as ``decimal128``, a fixed-offset
+        time zone as UTC); the ``lancepart[polars]`` extra.
+
+        >>> import polars as pl
+        >>> ns.scan_polars(columns=["id", "country"]).filter(pl.col("country") == "US").collect()["id"].to_list()
+        [1, 3, 5]
+        """
+        from lancepart.read.engines import require
+        from lancepart.read.pyarrow_dataset import NamespaceDataset
+
+        pl = require("polars", "polars")
+        return pl.scan_pyarrow_dataset(NamespaceDataset(self._pinned(), filter, columns, polars=True))
+
+    @keyword_only()
+    @public_operation("to_pyarrow_dataset", publishes=False)
+    def to_pyarrow_dataset(self, filter: str | None = None, columns: Sequence[str] | None = None
+                           ) -> pyarrow.dataset.Dataset:
+        """The snapshot of this call as a ``pyarrow.dataset.Dataset`` (the rows matching
+        ``filter``, projected on ``columns``) for engines that scan one: DuckDB
+        (``duckdb.sql("SELECT ... FROM ds WHERE ...")``), Polars (``pl.scan_pyarrow_dataset``),
+        pyarrow itself. The filter an engine hands its scanner (a pyarrow ``Expression``) prunes
+        partitions through ``__manifest`` as far as it translates to SQL (comparisons of a column
+        with a literal, ``is_in``, null checks, AND / OR / NOT: docs/reading.md) and is then
+        applied by pyarrow to the rows read, so a scan returns what pyarrow returns over the
+        same rows. Every scan streams the kept tables (memory flat) at the versions pinned now:
+        later commits are not seen.
+
+        >>> import pyarrow.compute as pc
+        >>> ds = ns.to_pyarrow_dataset(columns=["id", "event_date", "country"])
+        >>> ds.to_table(filter=pc.field("event_date") == date(2025, 12, 10), columns=["id", "country"]).to_pylist()
+        [{'id': 3, 'country': 'US'}, {'id': 4, 'country': 'DE'}]
+        >>> import duckdb
+        >>> duckdb.sql("SELECT count(*) FROM ds WHERE country = 'US'").fetchall()
+        [(3,)]
+        """
+        from lancepart.read.pyarrow_dataset import NamespaceDataset
+
+        return NamespaceDataset(self._pinned(), filter, columns)
+
+    def _pinned(self) -> PartitionedNamespace:
+        """A read-only handle on this handle's snapshot, for a reader that must keep reading it
+        after this handle moves on (its own commits, ``refresh``)."""
+        ns = PartitionedNamespace(self.root, self._manifest, self._snapshot)
+        ns._read_only = True
+        return ns
+
     @keyword_only("connection")
     @public_operation("to_duckdb", publishes=False)
     def to_duckdb(self, table_name: str, filter: str | None = None, columns: Sequence[str] | None = None, *,
                   connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
         """Register the snapshot's rows matching ``filter`` in DuckDB as ``table_name`` (on
         ``connection``, default DuckDB's default connection, which ``duckdb.sql`` uses) and return
-        the connection. Every query over it streams the partitions again (:meth:`to_batches`, the
-        snapshot of this call), so memory stays flat; the ``lancepart[duckdb]`` extra. DuckDB
-        tables have at least one column: ``columns=[]`` is :class:`InvalidArgumentError`.
+        the connection: :meth:`to_pyarrow_dataset`, so every query over it streams the partitions
+        of the snapshot of this call again (memory flat), pruned by the part of its ``WHERE``
+        DuckDB pushes down; the ``lancepart[duckdb]`` extra. DuckDB tables have at least one
+        column: ``columns=[]`` is :class:`InvalidArgumentError`.
 
         >>> import duckdb
         >>> con = ns.to_duckdb("events", "country = 'US'", connection=duckdb.connect())
@@ -651,23 +705,14 @@ class PartitionedNamespace:
         [(3,)]
         """
         from lancepart.read.engines import check_duckdb_target, to_duckdb
-        from lancepart.read.snapshot import read_schema_for, scan_stream
+        from lancepart.read.pyarrow_dataset import NamespaceDataset
 
         check_duckdb_target(table_name, connection)
-        parts, filter, scan_filter = self.scan_plan(filter)
-        cols, _ = read_schema_for(self._schema, filter, columns)
-        if not cols:
+        dataset = NamespaceDataset(self._pinned(), filter, columns)
+        if not dataset.schema.names:
             raise InvalidArgumentError("columns=[]: a DuckDB table needs at least one column; name one in columns "
                                        "(or count rows with ns.to_table(filter, columns=[]).num_rows)")
-        root, schema, so, md = self.root, self._schema, self.storage_options, self._snapshot.metadata
-
-        def stream() -> pa.RecordBatchReader:
-            from lancepart.read.engines import typed_reader
-
-            return typed_reader(scan_stream(root, parts, schema, filter=filter, columns=cols, storage_options=so,
-                                            scan_filter=scan_filter, namespace_md=md), "to_duckdb", root)
-
-        return to_duckdb(stream, pa.schema([schema.field(c) for c in cols]), table_name, connection)
+        return to_duckdb(dataset, table_name, connection)
 
     @keyword_only("table", "ctx")
     @public_operation("sql", publishes=False)

@@ -66,6 +66,10 @@ METHODS = {
     "to_duckdb": (lambda ns, **kw: ns.to_duckdb(**kw),
                   {"table_name": "bad_arguments", "filter": "id > 1", "columns": ["id"], "connection": None},
                   {"table_name": TEXT, "filter": FILTER, "columns": COLUMNS, "connection": OBJECT}),
+    "to_pyarrow_dataset": (lambda ns, **kw: ns.to_pyarrow_dataset(**kw).to_table(),
+                           {"filter": "id > 1", "columns": ["id"]}, {"filter": FILTER, "columns": COLUMNS}),
+    "scan_polars": (lambda ns, **kw: ns.scan_polars(**kw).collect(), {"filter": "id > 1", "columns": ["id"]},
+                    {"filter": FILTER, "columns": COLUMNS}),
     "sql": (lambda ns, **kw: ns.sql(**kw).to_arrow_table(),
             {"query": "SELECT count(*) FROM t", "table": "t", "ctx": None},
             {"query": TEXT, "table": TEXT, "ctx": OBJECT}),
@@ -89,8 +93,8 @@ METHODS = {
 
 def test_every_public_read_method_is_walked():
     """The walk covers every public reading method of PartitionedNamespace."""
-    assert set(METHODS) == {"to_table", "to_batches", "to_pandas", "to_polars", "to_duckdb", "sql", "changes",
-                            "partitions", "explain", "search", "search_text"}
+    assert set(METHODS) == {"to_table", "to_batches", "to_pandas", "to_polars", "to_duckdb", "to_pyarrow_dataset",
+                            "scan_polars", "sql", "changes", "partitions", "explain", "search", "search_text"}
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

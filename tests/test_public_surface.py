@@ -253,6 +253,7 @@ SURFACE = {
     "repair (handle)": "(*, dry_run=False, commit=None, max_retries=None) -> RepairReport",
     "rollback": "(self, version, *, commit=None, max_retries=None) -> CommitResult",
     "scan_plan": "(self, filter) -> tuple[list[PartitionInfo], str | None, str | None]",
+    "scan_polars": "(self, filter=None, columns=None) -> polars.LazyFrame",
     "search": "(self, column, query, k=10, filter=None, columns=None, **params) -> pa.Table",
     "search_text": "(self, column, query, k=10, filter=None, columns=None) -> pa.Table",
     "snapshot": "(self) -> ManifestSnapshot",
@@ -261,6 +262,7 @@ SURFACE = {
     "to_duckdb": "(self, table_name, filter=None, columns=None, *, connection=None) -> duckdb.DuckDBPyConnection",
     "to_pandas": "(self, filter=None, columns=None) -> pandas.DataFrame",
     "to_polars": "(self, filter=None, columns=None) -> polars.DataFrame",
+    "to_pyarrow_dataset": "(self, filter=None, columns=None) -> pyarrow.dataset.Dataset",
     "to_table": "(self, filter=None, columns=None) -> pa.Table",
     "update": "(self, set, filter=None, *, batch_id=None, commit=None, max_retries=None) -> CommitResult",
     "update_schema": "(self, add=None, rename=None, drop=None, widen=None, *, commit=None, max_retries=None) "

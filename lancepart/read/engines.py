@@ -5,8 +5,9 @@ Every path reads through the same pruned, pinned, exactly filtered stream
 (:func:`lancepart.read.snapshot.scan_stream`): what a filter means is what DataFusion says, whichever
 engine consumes the rows.
 
-* DuckDB gets an object it may scan any number of times (each scan starts a new stream of the
-  same snapshot, registered when ``to_duckdb`` was called), not a one-shot reader.
+* DuckDB and Polars (``scan_polars``) get a pyarrow Dataset of the snapshot taken at the call
+  (:mod:`lancepart.read.pyarrow_dataset`): each scan starts a new stream of it, pruned by the
+  filter the engine pushes down as far as that translates to SQL, and filtered by pyarrow.
 * :func:`sql` runs a read-only DataFusion query over the namespace (DDL, DML and statements are
   refused when it is planned, before anything runs). Before anything is read, the query is
   planned in the caller's context (its tables, UDFs and settings) with the namespace registered
@@ -64,21 +65,6 @@ def typed_reader(reader: pa.RecordBatchReader, operation: str, root: str) -> pa.
     return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
-class Rescannable:
-    """An Arrow stream source (``__arrow_c_stream__``) that starts a new stream of the same rows
-    each time it is asked: DuckDB asks once per scan of a registered object."""
-
-    def __init__(self, make: Callable[[], pa.RecordBatchReader], schema: pa.Schema) -> None:
-        self._make = make
-        self.schema = schema
-
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        return self._make().__arrow_c_stream__(requested_schema)
-
-    def __arrow_c_schema__(self) -> Any:
-        return self.schema.__arrow_c_schema__()
-
-
 def check_duckdb_target(table_name: Any, connection: Any) -> None:
     """:class:`InvalidArgumentError` unless ``table_name`` is a non-empty string and ``connection``
     a DuckDB connection or None (:class:`MissingDependencyError` without DuckDB)."""
@@ -87,27 +73,28 @@ def check_duckdb_target(table_name: Any, connection: Any) -> None:
     check_instance("connection", connection, duckdb.DuckDBPyConnection, "a duckdb.DuckDBPyConnection")
 
 
-def to_duckdb(make: Callable[[], pa.RecordBatchReader], schema: pa.Schema, table_name: str,
-              connection: Any = None) -> Any:
-    """Register the stream source in DuckDB as ``table_name`` (on ``connection``, or DuckDB's
-    default connection, which ``duckdb.sql`` uses); returns the connection."""
+def to_duckdb(dataset: Any, table_name: str, connection: Any = None) -> Any:
+    """Register ``dataset`` (a :class:`lancepart.read.pyarrow_dataset.NamespaceDataset`) in DuckDB
+    as ``table_name`` (on ``connection``, or DuckDB's default connection, which ``duckdb.sql``
+    uses); returns the connection. DuckDB scans it through ``dataset.scanner(columns=...,
+    filter=...)`` with each query's projection and the part of its ``WHERE`` it pushes down."""
     duckdb = require("duckdb", "duckdb")
     check_duckdb_target(table_name, connection)
     con = connection if connection is not None else duckdb.default_connection()
-    con.register(table_name, Rescannable(make, schema))
+    con.register(table_name, dataset)
     return con
 
 
 _OFFSET_TZ = re.compile(r"^[+-]\d{2}:?\d{2}$")
 
 
-def polars_ready(table: pa.Table) -> pa.Table:
-    """``table`` in types Polars takes. Polars panics on ``decimal256`` and refuses a fixed-offset
+def polars_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` in types Polars takes. Polars panics on ``decimal256`` and refuses a fixed-offset
     time zone (``'+05:30'``): a ``decimal256`` of at most 38 digits becomes the same
     ``decimal128`` and a fixed-offset timestamp the same instant in UTC (docs/reading.md); a wider
     decimal is :class:`InvalidArgumentError` naming the column."""
     fields = []
-    for f in table.schema:
+    for f in schema:
         t = f.type
         if pa.types.is_decimal256(t):
             if t.precision > 38:
@@ -118,7 +105,12 @@ def polars_ready(table: pa.Table) -> pa.Table:
         elif pa.types.is_timestamp(t) and t.tz is not None and _OFFSET_TZ.match(t.tz):
             t = pa.timestamp(t.unit, tz="UTC")
         fields.append(f.with_type(t))
-    schema = pa.schema(fields, metadata=table.schema.metadata)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def polars_ready(table: pa.Table) -> pa.Table:
+    """``table`` in the types of :func:`polars_schema`."""
+    schema = polars_schema(table.schema)
     return table if schema.equals(table.schema) else table.cast(schema)
 
 
