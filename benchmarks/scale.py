@@ -7,8 +7,11 @@ partitions each (one row per partition; the build rate is printed), then, ``--ru
 
 * ``append``: a one-row ``ns.write`` into an existing partition (a table commit and one
   ``__manifest`` publish);
-* ``open``: ``PartitionedNamespace.open(root)``;
+* ``open``: ``PartitionedNamespace.open(root)`` of a version this process has read before (its
+  table rows come from the process's cache);
 * ``open+prune``: open, then ``partitions("shop = <v>")`` (a pruned point lookup);
+* ``cold open``, ``cold open+prune``: the same with the cache emptied first (the first open of
+  a version in a process: its table rows are scanned);
 * ``manifest commit``: the ``__manifest`` publish alone (``read_version`` of one table moved
   to the version it already has), which is what grows when every commit rewrites the table.
 
@@ -64,6 +67,10 @@ def build(root: str, size: int, batch: int) -> tuple[float, bool]:
 def measure(root: str, size: int, runs: int) -> dict:
     from lancepart import PartitionedNamespace
 
+    try:
+        from lancepart.storage.manifest import PINS_CACHE
+    except ImportError:  # a release without the cache: every open is cold
+        PINS_CACHE = None
     ns = PartitionedNamespace.open(root)
     next_id = 10**12 + size * 1000
     shop = size // 2
@@ -77,6 +84,13 @@ def measure(root: str, size: int, runs: int) -> dict:
     def open_prune(i: int) -> None:
         found = PartitionedNamespace.open(root).partitions(f"shop = {(shop + 7 * i) % size}")
         assert len(found) == 1, found
+
+    def cold(fn):  # the first open of a version in this process: its table rows are read
+        def run(i: int) -> None:
+            if PINS_CACHE is not None:
+                PINS_CACHE.clear()
+            fn(i)
+        return run
 
     def manifest_commit(i: int) -> None:
         snap = ns.manifest.snapshot()
@@ -93,6 +107,8 @@ def measure(root: str, size: int, runs: int) -> dict:
         "append_ms": median_ms(append, runs),
         "open_ms": median_ms(open_, runs),
         "open_prune_ms": median_ms(open_prune, runs),
+        "cold_open_ms": median_ms(cold(open_), runs),
+        "cold_open_prune_ms": median_ms(cold(open_prune), runs),
         "manifest_commit_ms": median_ms(manifest_commit, runs),
     }
 
@@ -118,11 +134,12 @@ def main() -> None:
         results.append(r)
         print(json.dumps(r), flush=True)
     first = results[0]
-    print(f"\n{'partitions':>10} {'append ms':>10} {'open ms':>8} {'open+prune ms':>14} {'__manifest ms':>14} "
-          f"{'append/append@' + str(first['partitions']):>18}")
+    print(f"\n{'partitions':>10} {'append ms':>10} {'open ms':>8} {'open+prune ms':>14} {'cold open':>10} "
+          f"{'cold open+prune':>16} {'__manifest ms':>14} {'append/append@' + str(first['partitions']):>18}")
     for r in results:
         print(f"{r['partitions']:>10} {r['append_ms']:>10} {r['open_ms']:>8} {r['open_prune_ms']:>14} "
-              f"{r['manifest_commit_ms']:>14} {r['append_ms'] / first['append_ms']:>18.2f}")
+              f"{r['cold_open_ms']:>10} {r['cold_open_prune_ms']:>16} {r['manifest_commit_ms']:>14} "
+              f"{r['append_ms'] / first['append_ms']:>18.2f}")
 
 
 if __name__ == "__main__":

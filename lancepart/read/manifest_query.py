@@ -47,9 +47,10 @@ Compatibility with Partition Pruning", Appendices C and D) is this module, the e
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -86,6 +87,7 @@ __all__ = ["MAX_POINTS", "PruneResult", "entire_tables", "filter_columns", "matc
 
 _MANIFEST = "__manifest"
 _SELECT_COLUMNS = ("object_id", "location", "read_version", "read_branch", "read_tag")
+_ROWNUM = "__lancepart_row_number"  # a __manifest row's number, carried through the pruning query
 _SPEC_ID_RE = r"^v(?P<spec>[0-9]+)\$"
 
 
@@ -254,7 +256,7 @@ def prune(
         predicates[sid] = _SpecProjector(spec, schema, columns).project(pred) if filter is not None else _PTRUE
 
     is_table = pc.fill_null(pc.equal(rows.column("object_type"), "table"), False)
-    totals = _counts(_spec_ids(rows.column("object_id").filter(is_table)))
+    totals = _spec_totals(rows.column("object_id").filter(is_table), specs)
     known = {str(sid) for sid in specs}
     # "" is a table outside every v<N> namespace (a root-level table, e.g. a migrated V1 one): not a partition
     has_unknown = any(key not in known and key != "" for key in totals)
@@ -280,13 +282,31 @@ def _kept_and_pruned(specs: Mapping[int, PartitionSpec], totals: Mapping[str, in
     """Per spec version, the tables ``kept`` holds and the tables pruned out of ``totals``; with
     ``has_unknown``, -1 counts the tables of spec versions not in ``specs`` (always kept)."""
     known = {str(sid) for sid in specs}
-    kept_totals = _counts(_spec_ids(kept.column("object_id")))
+    kept_totals = _spec_totals(kept.column("object_id"), specs)
     kept_counts = {sid: kept_totals.get(str(sid), 0) for sid in specs}
     pruned = {sid: totals.get(str(sid), 0) - kept_counts[sid] for sid in specs}
     if has_unknown:  # -1: tables of spec versions not in ``specs`` (always kept)
         kept_counts[-1] = sum(n for key, n in kept_totals.items() if key not in known)
         pruned[-1] = 0
     return kept_counts, pruned
+
+
+def _spec_totals(object_ids: pa.Array | pa.ChunkedArray, specs: Iterable[int]) -> dict[str, int]:
+    """How many of ``object_ids`` each ``<N>`` of ``v<N>$...`` has ("" for none): a prefix test
+    per known spec version, the regex of :func:`_spec_ids` only for the ids none of them has."""
+    out: dict[str, int] = {}
+    known = None
+    for sid in specs:
+        hit = pc.starts_with(object_ids, f"v{sid}$")
+        n = pc.sum(hit).as_py() or 0
+        if n:
+            out[str(sid)] = n
+        known = hit if known is None else pc.or_(known, hit)
+    if sum(out.values()) < len(object_ids):
+        rest = object_ids if known is None else object_ids.filter(pc.invert(pc.fill_null(known, False)))
+        for key, n in _counts(_spec_ids(rest)).items():
+            out[key] = out.get(key, 0) + n
+    return out
 
 
 def _spec_ids(object_ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -328,17 +348,16 @@ def _run(sql: str, rows: pa.Table) -> pa.Table:
     wanted = [c for c in rows.column_names if c in ("object_id", "object_type", *_SELECT_COLUMNS)
               or c.startswith("partition_field_")]
     # Only flat columns go to DataFusion; list columns such as base_objects are not needed.
-    sub = rows.select(wanted)
+    sub = rows.select(wanted).append_column(_ROWNUM, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
     ctx = _new_context()
     ctx.register_record_batches(_MANIFEST, [sub.to_batches() or [pa.RecordBatch.from_pylist([], schema=sub.schema)]])
     try:
-        out = ctx.sql(sql).to_arrow_table()
+        out = ctx.sql(sql.replace("SELECT ", f"SELECT {_ROWNUM}, ", 1)).to_arrow_table()
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         raise InvalidArgumentError(f"the partition pruning query failed: {_short(str(e))}\n{sql}") from None
-    mask = pc.is_in(rows.column("object_id"), value_set=out.column("object_id").combine_chunks())
-    return rows.filter(mask)
+    return rows.take(np.sort(out.column(_ROWNUM).to_numpy()))
 
 
 def matching_tables(filter: str, schema: pa.Schema, specs: dict[int, PartitionSpec], rows: pa.Table) -> list[int]:
