@@ -296,6 +296,8 @@ LPS_SURFACE = {
     "search": "(spark, root, column, queries, k=10, filter=None, columns=None, *, query_column='query', "
               "id_column=None, storage_options=None, **params) -> DataFrame",
     "spj_compatibility": "(left_ns, right_ns, left_keys, right_keys) -> Compatibility",
+    "update": "(spark, root, set, filter=None, *, batch_id=None, storage_options=None, commit=None, max_retries=None) "
+              "-> CommitResult",
     "write": "(df, root, *, mode='append', expectations=None, flush_rows=1000000, max_rows_per_file=1048576, "
              "index_on_write=True, write_threads=8, batch_id=None, storage_options=None, commit=None, "
              "max_retries=None) -> CommitResult",
@@ -305,7 +307,7 @@ LPS_SURFACE = {
 PUBLISHING = ("compact", "create_index", "delete", "drop_index", "drop_partitions", "dynamic_partition_overwrite",
               "evolve", "merge", "overwrite", "repair", "repair (handle)", "rollback", "update", "update_schema",
               "update_spec", "write")
-LPS_PUBLISHING = ("compact", "create_index", "delete", "drop_index", "merge", "write")
+LPS_PUBLISHING = ("compact", "create_index", "delete", "drop_index", "merge", "update", "write")
 #: the options every method that has them takes in this order, after its own options
 SHARED = ("dry_run", "batch_id", "storage_options", "commit", "max_retries")
 #: positional parameters with a default: the selection (filter), the projection (columns) and the
@@ -647,8 +649,8 @@ def test_overwrite_from_the_command_line(ns, tmp_path, capsys):
 
 @pytest.mark.spark
 def test_lps_functions_record_custom_metadata(spark, ns):
-    """lps.write, lps.merge, lps.delete, lps.compact, lps.create_index, lps.drop_index: the same
-    commit options as the namespace's methods, recorded in their __manifest commits."""
+    """lps.write, lps.merge, lps.delete, lps.update, lps.compact, lps.create_index, lps.drop_index:
+    the same commit options as the namespace's methods, recorded in their __manifest commits."""
     def frame(ids, countries):
         return spark.createDataFrame([(i, D10, c) for i, c in zip(ids, countries, strict=True)],
                                      "id long, event_date date, country string")
@@ -659,11 +661,12 @@ def test_lps_functions_record_custom_metadata(spark, ns):
     lps.write(frame([80, 81], ["US", "NL"]), ns.root, batch_id="spark-1", commit=commit("write"))
     lps.merge(frame([80, 82], ["FR", "US"]), ns.root, ["id"], when_matched="update", commit=commit("merge"))
     lps.delete(spark, ns.root, "id = 81", commit=commit("delete"))
+    lps.update(spark, ns.root, {"country": "'DE'"}, "id = 82", commit=commit("update"))
     lps.compact(spark, ns.root, commit=commit("compact"))
     lps.create_index(spark, ns.root, "id", "BTREE", min_rows=0, commit=commit("create_index"))
     lps.drop_index(spark, ns.root, "id_btree", max_retries=5, commit=commit("drop_index"))
     history = PartitionedNamespace.open(ns.root).history()
     steps = {e.properties["step"] for e in history if "step" in e.properties}
-    assert steps == {"write", "merge", "delete", "compact", "create_index", "drop_index"}
+    assert steps == {"write", "merge", "delete", "update", "compact", "create_index", "drop_index"}
     assert next(e for e in history if e.properties.get("step") == "write").batch_id == "spark-1"
     assert sorted(PartitionedNamespace.open(ns.root).to_table().column("id").to_pylist()) == [1, 2, 3, 80, 82]

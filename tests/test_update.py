@@ -217,3 +217,23 @@ def test_cli_update(ns, capsys):
     assert main(["update", ns.root, "--set", "nope=1", "-q"]) == 2
     assert "'nope'" in capsys.readouterr().err
     assert Path(ns.root).exists()
+
+
+@pytest.mark.spark
+def test_lps_update_on_executors_publishes_what_ns_update_publishes(template, tmp_path, spark):
+    """``lps.update``: the candidate tables are evaluated in Spark tasks; the published rows equal
+    ``ns.update``'s on a copy of the same namespace, rows moved between partitions included."""
+    from lancepart import spark as lps
+
+    a, b = copy_ns(template, tmp_path / "a"), copy_ns(template, tmp_path / "b")
+    change = {"amount": "amount * 2", "event_date": "DATE '2026-02-01'"}
+    where = "user_id % 7 = 3 OR id < 5"
+    expected = a.update(change, where)
+    got = lps.update(spark, b.root, change, where)
+    assert got.details["rows_updated"] == expected.details["rows_updated"] > 0
+    assert got.details["spark_jobs"] == 1 and got.partitions_created == expected.partitions_created >= 1
+    assert rows(b) == rows(a)
+    assert lps.update(spark, b.root, {"amount": "amount"}, "id < 0").details["rows_updated"] == 0
+    with pytest.raises(InvalidArgumentError, match="nosuch"):
+        lps.update(spark, b.root, {"nosuch": "1"})
+    assert b.refresh().verify().ok

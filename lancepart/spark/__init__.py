@@ -8,6 +8,7 @@ partition tables with pylance on the executors::
     lps.read(spark, "/data/events", "event_date = DATE '2025-12-10'")
     lps.compact(spark, "/data/events", filter="event_date < DATE '2025-12-01'")
     lps.delete(spark, "/data/events", "user_id = 42")
+    lps.update(spark, "/data/events", {"amount": "amount * 2"}, "user_id = 42")
     lps.search(spark, "/data/docs", "embedding", queries_df, k=10, id_column="qid")
     lps.merge(changes_df, "/data/events", on=["id"])
     lps.create_index(spark, "/data/docs", "embedding", "IVF_PQ", num_partitions=256)
@@ -29,7 +30,8 @@ from lancepart.spark.join import explain_join, join
 from lancepart.spark.merge import merge
 from lancepart.spark.read import read
 from lancepart.spark.search import search
+from lancepart.spark.update import update
 from lancepart.spark.write import write
 
 __all__ = ["Compatibility", "JoinPlan", "compact", "create_index", "delete", "drop_index", "explain_join", "join",
-           "last_result", "merge", "read", "register", "search", "spj_compatibility", "write"]
+           "last_result", "merge", "read", "register", "search", "spj_compatibility", "update", "write"]

@@ -37,8 +37,10 @@ the same rows whenever it is evaluated again.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -156,12 +158,86 @@ def _short(e: BaseException) -> str:
     return text[:300]
 
 
+@dataclass(frozen=True)
+class TablePlan:
+    """What evaluating an update on one partition table needs (:func:`update_table`), on the
+    driver or shipped to a Spark executor (:meth:`to_json`)."""
+
+    root: str
+    schema: pa.Schema  # the namespace schema
+    read_schema: pa.Schema  # the same with the legacy field ids of the oldest tables
+    filter: str | None
+    scan_filter: str | None
+    assignments: Mapping[str, str]
+
+    def to_json(self) -> str:
+        from lancepart.model.spec import schema_to_json
+
+        return json.dumps({"root": self.root, "schema": schema_to_json(self.schema),
+                           "read_schema": schema_to_json(self.read_schema), "filter": self.filter,
+                           "scan_filter": self.scan_filter, "set": dict(self.assignments)}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> TablePlan:
+        from lancepart.model.spec import schema_from_json
+
+        d = json.loads(text)
+        return cls(d["root"], schema_from_json(d["schema"]), schema_from_json(d["read_schema"]), d["filter"],
+                   d["scan_filter"], d["set"])
+
+
+def _matched(ds: Any, plan: TablePlan) -> tuple[np.ndarray, pa.Table | None]:
+    """(sorted row addresses, whole rows with ``_rowaddr``) of the rows of ``ds`` the plan's
+    filter matches: the filter's columns are read first, the whole rows only of what matched."""
+    from lancepart.evolution.schema_evolution import read_columns
+    from lancepart.write.deletions import address_predicate, matching_addresses
+
+    names = plan.schema.names
+    if plan.filter is None:  # every row, read once
+        old = read_columns(ds, plan.read_schema, names, with_row_address=True)
+        return np.sort(old.column(_ADDR).to_numpy()), old
+    addr = np.sort(matching_addresses(ds, plan.read_schema, plan.filter, plan.scan_filter))
+    if not len(addr):
+        return addr, None
+    old = read_columns(ds, plan.read_schema, names, filter=address_predicate(addr), with_row_address=True)
+    return addr, old.filter(pc.is_in(old.column(_ADDR), pa.array(addr)))  # exact, pushed down or not
+
+
+def update_table(plan: TablePlan, object_id: str, location: str, base: int,
+                 storage_options: Mapping[str, str] | None = None, *, idents: bool = True
+                 ) -> tuple[Deletions, pa.Table]:
+    """One partition table's part of an update, on its published version ``base``: the deletion
+    files of the rows the filter matches (not committed) and those rows with the ``SET``
+    expressions applied. Runs anywhere: the driver's threads or a Spark task. ``idents``: record
+    the identity of the fragments it touches (a re-evaluation that finds them unchanged keeps
+    the deletions: :func:`lancepart.write.merge.commutes`)."""
+    from lancepart.storage.error_mapping import table_errors
+    from lancepart.write.deletions import deletion_files
+
+    root, schema = plan.root, plan.schema
+    so = dict(storage_options) if storage_options else None
+    ds = open_table(join_uri(root, check_location(location, object_id, root)), version=base, storage_options=so)
+    with table_errors(root, object_id, location, version=base, storage_options=so):  # named: table, file
+        addr, old = _matched(ds, plan)
+        updated, removed = deletion_files(ds, addr) if len(addr) else ([], [])
+    rows = old.drop_columns([_ADDR]).cast(schema) if old is not None and len(addr) else schema.empty_table()
+    rows = evaluate_set(rows, plan.assignments, schema)
+    d = Deletions(object_id, location, base, updated, removed, len(addr))
+    return (_idents(ds, d) if idents else d), rows
+
+
+# the per-table evaluations of an update on one snapshot (version, [(object_id, location, base)]):
+# each table's (deletions, new rows), in order; default: the driver's threads
+UpdateTables = Callable[[int, Sequence[tuple[str, str, int]], TablePlan], list[tuple[Deletions, pa.Table]]]
+
+
 def update(ns: NamespaceHandle, set: Mapping[str, str], filter: str | None = None, *, batch_id: str | None = None,
-           max_retries: int = 20, max_rows_per_file: int = 1_048_576,
-           properties: Mapping[str, str] | None = None) -> CommitResult:
+           max_retries: int = 20, max_rows_per_file: int = 1_048_576, properties: Mapping[str, str] | None = None,
+           update_tables: UpdateTables | None = None, phases: dict[str, Any] | None = None) -> CommitResult:
     """Set ``set``'s columns to their SQL expressions on every published row matching
     ``filter`` (every row when None), in one publish (see the module docstring).
-    ``details["rows_updated"]``.
+    ``details["rows_updated"]``. ``update_tables`` evaluates the tables elsewhere
+    (``lancepart.spark.update``: in Spark tasks); the commit and its rebase stay here.
 
     >>> result = update(ns, {"amount": "amount * 2"}, "id = 1")
     >>> _ = ns.refresh()  # the handle reads the version the update published
@@ -169,11 +245,9 @@ def update(ns: NamespaceHandle, set: Mapping[str, str], filter: str | None = Non
     (1, [{'amount': 20.0}])
     """
     from lancepart.arguments import check_filter
-    from lancepart.evolution.schema_evolution import read_columns, with_legacy_ids
+    from lancepart.evolution.schema_evolution import with_legacy_ids
     from lancepart.read.manifest_query import prune
     from lancepart.read.snapshot import apply_filter
-    from lancepart.storage.error_mapping import table_errors
-    from lancepart.write.deletions import address_predicate, deletion_files, matching_addresses
 
     filter = check_filter(filter)
     ns.refresh()
@@ -185,57 +259,38 @@ def update(ns: NamespaceHandle, set: Mapping[str, str], filter: str | None = Non
         except InvalidArgumentError as e:
             raise InvalidFilterError(str(e)) from None
     read_schema = with_legacy_ids(schema, ns.snapshot().metadata)  # places the columns of the oldest tables
-    scan: dict[str, str | None] = {}
+    plans: dict[str, TablePlan] = {}
 
     def candidates(snap: ManifestSnapshot) -> Candidates:
         if filter is None:
+            plans["now"] = TablePlan(manifest.root, schema, read_schema, None, None, assignments)
             return partition_tables(snap)
         try:
             pruned = prune(filter, schema, specs, snap.table_pins())
         except InvalidArgumentError as e:
             raise InvalidFilterError(str(e)) from None
-        scan["filter"] = pruned.scan_filter
+        plans["now"] = TablePlan(manifest.root, schema, read_schema, filter, pruned.scan_filter, assignments)
         return partition_tables(snap, {*pruned.kept.column("object_id").to_pylist()})
 
-    cache: dict[tuple[str, int], tuple[Deletions, pa.Table]] = {}
-    so = dict(manifest.storage_options) if manifest.storage_options else None
+    def local(snapshot_version: int, todo: Sequence[tuple[str, str, int]], plan: TablePlan
+              ) -> list[tuple[Deletions, pa.Table]]:
+        return map_threads(lambda t: commit_on_published(manifest, snapshot_version, t[0], t[1], t[2], lambda: (
+            update_table(plan, t[0], t[1], t[2], manifest.storage_options))), list(todo))
 
-    def matched(ds: Any) -> tuple[np.ndarray, pa.Table | None]:
-        """(sorted row addresses, whole rows with ``_rowaddr``) of the rows of ``ds`` ``filter``
-        matches: the filter's columns are read first, the whole rows only of what matched."""
-        if filter is None:  # every row, read once
-            old = read_columns(ds, read_schema, schema.names, with_row_address=True)
-            return np.sort(old.column(_ADDR).to_numpy()), old
-        addr = np.sort(matching_addresses(ds, read_schema, filter, scan.get("filter")))
-        if not len(addr):
-            return addr, None
-        old = read_columns(ds, read_schema, schema.names, filter=address_predicate(addr), with_row_address=True)
-        return addr, old.filter(pc.is_in(old.column(_ADDR), pa.array(addr)))  # exact, pushed down or not
-
-    def one(snap: ManifestSnapshot, item: tuple[str, str, int]) -> tuple[Deletions, pa.Table]:
-        oid, loc, v = item
-        if (oid, v) in cache:
-            return cache[(oid, v)]
-        ds = commit_on_published(manifest, snap.version, oid, loc, v, lambda: open_table(
-            join_uri(manifest.root, check_location(loc, oid, manifest.root)), version=v, storage_options=so))
-        with table_errors(manifest.root, oid, loc, version=v, storage_options=so):  # named: table, file
-            addr, old = matched(ds)
-            updated, removed = deletion_files(ds, addr) if len(addr) else ([], [])
-        rows = old.drop_columns([_ADDR]).cast(schema) if old is not None and len(addr) else schema.empty_table()
-        out = (_idents(ds, Deletions(oid, loc, v, updated, removed, len(addr))), rows)
-        cache[(oid, v)] = out
-        return out
+    tables = update_tables or local
+    cache: dict[tuple[str, int], tuple[Deletions, pa.Table]] = {}  # a table whose version did not move: not again
 
     def evaluate(snap: ManifestSnapshot) -> Evaluation:
         cands = candidates(snap)
         _check_main(cands, "update")
-        items = [(oid, loc, v) for oid, (loc, v, _, _) in cands.items()]
-        done = map_threads(lambda item: one(snap, item), items)
-        old = [r for _, r in done if r.num_rows]
-        rows = evaluate_set(pa.concat_tables(old) if old else schema.empty_table(), assignments, schema)
+        todo = [(oid, loc, v) for oid, (loc, v, _, _) in cands.items() if (oid, v) not in cache]
+        for (oid, _, v), out in zip(todo, tables(snap.version, todo, plans["now"]) if todo else [], strict=True):
+            cache[(oid, v)] = out
+        done = [cache[(oid, v)] for oid, (_, v, _, _) in cands.items()]
+        new = [r for _, r in done if r.num_rows]
+        rows = pa.concat_tables(new) if new else schema.empty_table()
         details = {"set": dict(assignments), "filter": filter, "rows_updated": rows.num_rows, "tables_read": len(cands)}
         return Evaluation(cands, {d.object_id: d for d, _ in done}, rows, details)
 
     return apply_change(ns, evaluate, candidates, what="update", batch_id=batch_id, max_retries=max_retries,
-                        max_rows_per_file=max_rows_per_file, properties=properties)
-
+                        max_rows_per_file=max_rows_per_file, properties=properties, phases=phases)
