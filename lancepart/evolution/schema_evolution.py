@@ -360,6 +360,8 @@ def read_columns(ds: lance.LanceDataset, schema: pa.Schema, columns: Sequence[st
         table = ds.scanner(columns=present, with_row_address=with_row_address, fragments=fragments).to_table()
     out = conform(table, mapping, pa.schema([schema.field(c).remove_metadata() for c in columns]))
     if with_row_address:
+        if not out.num_columns:  # no column named (a filter such as TRUE): the addresses alone carry the rows
+            return pa.table({"_rowaddr": table.column("_rowaddr")})
         out = out.append_column(pa.field("_rowaddr", pa.uint64()), table.column("_rowaddr"))
     return out
 
