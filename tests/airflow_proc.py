@@ -1,21 +1,23 @@
 """Airflow in its own process, for tests/test_airflow_dags.py (Airflow configures logging and a
 database at import, which must not leak into the test process or the repository).
 
-    python tests/airflow_proc.py initdb OUT
-    python tests/airflow_proc.py dagbag DAG_FOLDER OUT
-    python tests/airflow_proc.py test DAG_FOLDER DAG_ID LOGICAL_DATE CONF_JSON RETRY_DELAY_S OUT
-    python tests/airflow_proc.py runs DAG_FOLDER RUNS_JSON RETRY_DELAY_S OUT
-    python tests/airflow_proc.py param SCHEMA_JSON VALUE_JSON OUT
+    python tests/airflow_proc.py batch DAG_FOLDER SPEC_JSON RETRY_DELAY_S OUT
 
-AIRFLOW_HOME and the rest of Airflow's configuration come from the environment. Each command
-writes one JSON document to OUT. ``runs`` makes several ``dag.test()`` runs one after the other
-in this one process (RUNS_JSON: a list of ``{"name", "dag_id", "logical_date", "conf"}``; OUT:
-name -> result) and prints ``RUN_MARK + name`` before each, so a test can cut the log per run.
+One Airflow process does everything the module asks of Airflow, so Airflow starts, parses the
+DAGs and starts its in-process execution API once: it creates the database, describes the
+DagBag, checks each ``[schema, value]`` of ``SPEC_JSON["params"]`` with Airflow's ``Param``, and
+makes the ``dag.test()`` runs of ``SPEC_JSON["runs"]`` one after the other (each a
+``{"name", "dag_id", "logical_date", "conf"}``, plus ``"env"``: variables set for that run only,
+as a worker's environment). It prints ``RUN_MARK + name`` before each run, so a test can cut the
+log per run, and writes one JSON document to OUT: ``{"dagbag", "params", "runs": name -> result}``.
+
+AIRFLOW_HOME and the rest of Airflow's configuration come from the environment.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime, timedelta
 
@@ -31,8 +33,7 @@ def _dagbag(folder: str):
         return DagBag(dag_folder=folder)
 
 
-def describe(folder: str) -> dict:
-    bag = _dagbag(folder)
+def describe(bag) -> dict:
     dags = {}
     for dag_id, dag in bag.dags.items():
         dags[dag_id] = {
@@ -50,8 +51,7 @@ def describe(folder: str) -> dict:
 RUN_MARK = "@@airflow_proc run "
 
 
-def run_test(folder: str, dag_id: str, logical_date: str, conf: dict, retry_delay_s: float, dag=None) -> dict:
-    dag = dag if dag is not None else _dagbag(folder).dags[dag_id]
+def run_test(dag, logical_date: str, conf: dict, retry_delay_s: float) -> dict:
     for task in dag.tasks:  # same DAG, shorter wait between attempts
         task.retry_delay = timedelta(seconds=retry_delay_s)
         task.retry_exponential_backoff = False
@@ -63,44 +63,55 @@ def run_test(folder: str, dag_id: str, logical_date: str, conf: dict, retry_dela
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        tis = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id,
+        tis = session.query(TaskInstance).filter(TaskInstance.dag_id == dag.dag_id,
                                                  TaskInstance.run_id == run.run_id).all()
         tasks = {ti.task_id: {"state": str(ti.state), "try_number": ti.try_number} for ti in tis}
     return {"state": str(run.state), "run_id": run.run_id, "tasks": tasks}
 
 
+def check_param(schema: dict, value):
+    """Does Airflow's Param accept ``value`` under ``schema`` (type, pattern, ...)?"""
+    try:
+        from airflow.sdk import Param
+    except ImportError:
+        from airflow.models.param import Param
+    try:
+        return {"accepted": True, "value": Param(value, **schema).resolve()}
+    except Exception as e:
+        return {"accepted": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def run_with_env(dag, run: dict, retry_delay_s: float) -> dict:
+    """One ``dag.test()`` run with ``run["env"]`` set in this process's environment (which the
+    tasks' commands inherit) for its duration only."""
+    saved = {k: os.environ.get(k) for k in run.get("env", {})}
+    os.environ.update(run.get("env", {}))
+    try:
+        return run_test(dag, run["logical_date"], run["conf"], retry_delay_s)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main(argv: list[str]) -> int:
     cmd, *rest = argv
-    if cmd == "initdb":
-        from airflow.utils import db
-
-        db.initdb()
-        out, result = rest[0], {"ok": True}
-    elif cmd == "dagbag":
-        out, result = rest[1], describe(rest[0])
-    elif cmd == "test":
-        folder, dag_id, logical_date, conf, delay, out = rest
-        result = run_test(folder, dag_id, logical_date, json.loads(conf), float(delay))
-    elif cmd == "runs":  # one Airflow process, one DagBag, several runs
-        folder, runs, delay, out = rest
-        dags = _dagbag(folder).dags
-        result = {}
-        for run in json.loads(runs):
-            print(RUN_MARK + run["name"], flush=True)
-            result[run["name"]] = run_test(folder, run["dag_id"], run["logical_date"], run["conf"], float(delay),
-                                           dag=dags[run["dag_id"]])
-    elif cmd == "param":  # does Airflow's Param accept VALUE under SCHEMA (type, pattern, ...)?
-        try:
-            from airflow.sdk import Param
-        except ImportError:
-            from airflow.models.param import Param
-        schema, value, out = json.loads(rest[0]), json.loads(rest[1]), rest[2]
-        try:
-            result = {"accepted": True, "value": Param(value, **schema).resolve()}
-        except Exception as e:
-            result = {"accepted": False, "error": f"{type(e).__name__}: {e}"}
-    else:
+    if cmd != "batch":
         raise SystemExit(f"unknown command {cmd!r}")
+    folder, spec, delay, out = rest
+    spec = json.loads(spec)
+    from airflow.utils import db
+
+    db.initdb()
+    bag = _dagbag(folder)
+    result = {"dagbag": describe(bag), "params": [check_param(schema, value) for schema, value in spec["params"]],
+              "runs": {}}
+    dags = bag.dags  # the runs shorten their retry delays: described above as the DAGs declare them
+    for run in spec["runs"]:
+        print(RUN_MARK + run["name"], flush=True)
+        result["runs"][run["name"]] = run_with_env(dags[run["dag_id"]], run, float(delay))
     with open(out, "w") as f:
         json.dump(result, f, default=str)
     return 0

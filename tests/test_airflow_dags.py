@@ -2,13 +2,18 @@
 ``./spark-submit.sh jobs/*.py`` and ``lancepart`` commands (docs/guide.md "Command line":
 the DAGs call exactly those commands).
 
-Airflow runs in subprocesses (tests/airflow_proc.py) with AIRFLOW_HOME and its sqlite
-database in a temporary directory, so no Airflow state reaches this process or the repository.
+Airflow runs in a subprocess (tests/airflow_proc.py) with AIRFLOW_HOME and its sqlite database
+in a temporary directory, so no Airflow state reaches this process or the repository. It is ONE
+process for the whole module (the ``airflow`` fixture): every run is prepared first, then
+Airflow starts, parses the DAGs and starts its execution API once and makes every run one after
+the other; each test asserts on its own runs' results and log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -26,18 +31,12 @@ DAGS = REPO / "airflow_dags"
 PROC = Path(__file__).with_name("airflow_proc.py")
 LOGICAL_DATE = "2025-03-04T00:00:00+00:00"
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("airflow") is None,
-                                reason="apache-airflow is not installed (it comes with the 'test' extra: make setup)")
-
-
-def _airflow(env: dict[str, str], tmp: Path, *args: str, timeout: float = 300) -> dict:
-    out, log = tmp / f"result-{args[0]}.json", tmp / f"airflow-{args[0]}.log"
-    with open(log, "ab") as f:
-        proc = subprocess.run([sys.executable, str(PROC), *args, str(out)], env=env, cwd=tmp, stdout=f,
-                              stderr=subprocess.STDOUT, timeout=timeout)
-    if proc.returncode != 0 or not out.exists():
-        pytest.fail(f"airflow_proc {args[0]} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-    return json.loads(out.read_text())
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("airflow") is None,
+                       reason="apache-airflow is not installed (it comes with the 'test' extra: make setup)"),
+    # one worker runs the module: its runs are made once, by the module's `airflow` fixture
+    pytest.mark.xdist_group("airflow_dags"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +51,6 @@ def airflow_env(tmp_path_factory) -> tuple[dict[str, str], Path]:
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ in airflow_dags/
     })
     before, repo_before = set(os.listdir(DAGS)), set(os.listdir(REPO))
-    _airflow(env, home, "initdb", timeout=120)
     yield env, home
     assert set(os.listdir(DAGS)) == before, "Airflow left files in airflow_dags/"
     new = set(os.listdir(REPO)) - repo_before
@@ -74,151 +72,56 @@ def _demo_config(tmp_path: Path, root: Path, file: str = "ingest.yaml", **extra)
     return path
 
 
-def test_dagbag_loads_both_dags(airflow_env):
-    """Both DAGs parse in a real DagBag, with retries, and call exactly the contract commands."""
-    env, home = airflow_env
-    bag = _airflow(env, home, "dagbag", str(DAGS))
-    assert bag["import_errors"] == {}
-    assert set(bag["dags"]) == {"lancepart_ingest", "lancepart_maintenance"}
+def _cli(*argv: str) -> str:
+    """``lancepart ARGV`` in this process (the console script's own ``main``): its stdout."""
+    from lancepart.cli import main
 
-    ingest = bag["dags"]["lancepart_ingest"]
-    assert set(ingest["tasks"]) == {"ingest"}
-    task = ingest["tasks"]["ingest"]
-    assert task["retries"] >= 2 and task["retry_delay_s"] > 0
-    assert task["bash_command"].startswith("exec ./spark-submit.sh jobs/ingest.py --config=")
-    assert "--batch-id=" in task["bash_command"]
-    assert task["cwd"] == str(REPO)
-    assert ingest["params"] == {"config": "configs/demo.yaml", "batch_id": None}  # no spark_args any more
-
-    maint = bag["dags"]["lancepart_maintenance"]
-    assert maint["schedule"] == "@daily"
-    assert set(maint["tasks"]) == {"compact", "cleanup"}
-    assert maint["tasks"]["cleanup"]["upstream"] == ["compact"]
-    assert maint["tasks"]["compact"]["bash_command"].startswith("exec ./spark-submit.sh jobs/compact.py --config=")
-    assert Path(maint["tasks"]["cleanup"]["bash_command"].split()[0]).name == "lancepart"
-    assert " cleanup --config=" in maint["tasks"]["cleanup"]["bash_command"]
-    assert "allow-short-retention" not in maint["tasks"]["cleanup"]["bash_command"]
-    assert maint["params"] == {"config": "configs/compact-demo.yaml", "older_than": "7d"}
-    assert all(t["retries"] >= 2 for t in maint["tasks"].values())
-    assert (REPO / maint["params"]["config"]).is_file() and (REPO / ingest["params"]["config"]).is_file()
-
-
-@pytest.mark.spark
-def test_ingest_dag_publishes_once_across_a_retry(airflow_env, tmp_path):
-    """The ingest DAG end to end with ``dag.test()``: the first attempt publishes and then dies
-    (``LANCEPART_FAULT=after_manifest_commit:exit`` in the Spark driver), Airflow retries the
-    task, and the retry finds its batch id published and writes nothing (spec "Transaction";
-    docs/guide.md "Writing": batch_id). The config is named ``ventes-été.yaml`` and has no
-    ``batch_id``: the DAG's default id ``lancepart_ingest:<config>:<logical date>`` holds the
-    non-ASCII name, and the retry finds it (issue 11 item 1: such an id was never found, and
-    every rerun of the date published again). The deployment's spark-submit options (several
-    words) come from ``$LANCEPART_SPARK_SUBMIT_ARGS``."""
-    from lancepart import PartitionedNamespace
-    from lancepart.write.batches import find_batch
-
-    env, _ = airflow_env
-    root, marker = tmp_path / "ns", tmp_path / "first-attempt-done"
-    config = _demo_config(tmp_path, root).rename(tmp_path / "ventes-été.yaml")
-    assert yaml.safe_load(config.read_text())["namespace"]["root"] == str(root)
-    driver = tmp_path / "driver-python"  # the Spark driver of the first attempt only dies after publishing
-    driver.write_text(f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; '
-                      f'export LANCEPART_FAULT=after_manifest_commit:exit; fi\nexec "{sys.executable}" "$@"\n')
-    driver.chmod(0o755)
-    run_env = {**env, "PYSPARK_DRIVER_PYTHON": str(driver),
-               "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
-    conf = {"config": str(config)}
-
-    run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_ingest", LOGICAL_DATE, json.dumps(conf), "1")
-
-    assert marker.exists(), "the first attempt never started the Spark driver"
-    assert run["state"] == "success", run
-    assert run["tasks"]["ingest"] == {"state": "success", "try_number": 2}, run
-    # dag.test() runs the attempts in its own process and logs them there, one after the other
-    attempts = (tmp_path / "airflow-test.log").read_text().split("[DAG TEST] starting task_id=ingest")[1:]
-    assert len(attempts) == 2
-    assert "Command exited with return code 77" in attempts[0]  # the driver died after the publish
-    assert '"skipped": true' in attempts[1] and "return code 0" in attempts[1]  # the retry found it published
-    assert '"skipped": false' not in attempts[0] + attempts[1]  # the first attempt died before its summary
-
-    ns = PartitionedNamespace.open(root)
-    ids = ns.to_table(columns=["id"]).column("id")
-    assert len(ids) == 2000 and sorted(ids.to_pylist()) == list(range(2000))  # published exactly once
-    batch_id = f"lancepart_ingest:{config}:{LOGICAL_DATE}"
-    assert "ventes-été.yaml" in batch_id and find_batch(ns.manifest, batch_id, ns.snapshot()) is not None
-
-
-@pytest.mark.spark
-def test_maintenance_dag_compacts_then_cleans_up(airflow_env, tmp_path):
-    """The maintenance DAG end to end: jobs/compact.py on Spark merges the small fragments of
-    three local ingests, then ``lancepart cleanup --older-than 1h`` (the smallest retention the
-    DAG asks for) keeps the versions that are younger than that; the published rows are
-    unchanged (spec "Transaction"; docs/guide.md "Compaction" and "Cleanup"; issue 11 item 4)."""
-    import pyarrow.parquet as pq
-
-    from lancepart import PartitionedNamespace
-    from lancepart.util.sample import demo_events
-
-    env, _ = airflow_env
-    root = tmp_path / "ns"
-    config = _demo_config(tmp_path, root, compact={"target_rows_per_fragment": 100_000})
-    cli = Path(sys.executable).with_name("lancepart")
-    subprocess.run([str(cli), "-q", "create", "--config", str(config)], check=True, capture_output=True)
-    for i in range(3):
-        pq.write_table(demo_events(500, start_id=i * 500, days=2), tmp_path / f"part{i}.parquet")
-        subprocess.run([str(cli), "-q", "ingest", str(root), str(tmp_path / f"part{i}.parquet")], check=True,
-                       capture_output=True)
-
-    def describe() -> dict:
-        out = subprocess.run([str(cli), "-q", "--json", "describe", str(root)], check=True, capture_output=True)
-        return json.loads(out.stdout)
-
-    before = describe()
-    conf = {"config": str(config), "older_than": "1h"}
-    run_env = {**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2]"}
-    run = _airflow(run_env, tmp_path, "test", str(DAGS), "lancepart_maintenance", LOGICAL_DATE, json.dumps(conf),
-                   "1")
-
-    assert run["state"] == "success", run
-    assert {t: s["state"] for t, s in run["tasks"].items()} == {"compact": "success", "cleanup": "success"}
-    after = describe()
-    assert after["rows"] == before["rows"] == 1500
-    assert after["manifest_version"] > before["manifest_version"]  # compaction published
-    assert all(t["versions"] >= 2 for t in after["tables"])  # nothing is an hour old: cleanup kept it all
-    ns = PartitionedNamespace.open(root)
-    assert sorted(ns.to_table(columns=["id"]).column("id").to_pylist()) == list(range(1500))
-    frags = [len(lance_ds.get_fragments()) for lance_ds in _published(ns)]
-    assert max(frags) == 1  # every partition rewritten into one fragment
-
-
-# The Param pattern the DAGs had for spark_args (issue 11 item 3), kept to show why a pattern is not enough.
-OLD_SPARK_ARGS_PATTERN = r"^[A-Za-z0-9_.,:=/@+\-\[\]\* ]*$"
-
-
-def test_airflow_param_pattern_lets_a_trailing_newline_through(airflow_env):
-    """Why the DAGs no longer take free-form spark-submit options (issue 11 item 3): Airflow
-    validates a Param with JSON schema, whose ``pattern`` is a Python ``re.search``, and ``$``
-    also matches before a final newline. So ``--master local[2]\\n`` passed the old pattern, and
-    the newline then ended the bash command before ``-- --batch-id ...``."""
-    env, home = airflow_env
-    schema = json.dumps({"type": "string", "pattern": OLD_SPARK_ARGS_PATTERN})
-    got = _airflow(env, home, "param", schema, json.dumps("--master local[2]\n"))
-    assert got == {"accepted": True, "value": "--master local[2]\n"}
-    assert not _airflow(env, home, "param", schema, json.dumps("--master x;y"))["accepted"]  # the pattern works
-
-
-def _airflow_runs(env: dict[str, str], tmp: Path, runs: list[dict]) -> dict[str, tuple[dict, str]]:
-    """Several ``dag.test()`` runs one after the other in ONE Airflow process (``airflow_proc.py
-    runs``: Airflow starts and parses the DAGs once): run name -> (its result, its part of the log)."""
-    results = _airflow(env, tmp, "runs", str(DAGS), json.dumps(runs), "1")
-    log = (tmp / "airflow-runs.log").read_text()
-    parts = dict(part.split("\n", 1) for part in log.split(RUN_MARK)[1:])
-    assert set(results) == set(parts) == {r["name"] for r in runs}, (sorted(results), sorted(parts))
-    return {name: (results[name], parts[name]) for name in results}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(list(argv))
+    assert code == 0, (argv, out.getvalue())
+    return out.getvalue()
 
 
 def _run_date(i: int) -> str:
-    """A logical date per run of one process (``dag.test()`` replaces a run of the same date)."""
+    """A logical date per run of one DAG in the process (``dag.test()`` replaces a run of the same date)."""
     return (datetime.fromisoformat(LOGICAL_DATE) + timedelta(days=i)).isoformat()
+
+
+# --------------------------------------------------------------------------- the runs, prepared
+def _prepare_retry(tmp: Path) -> tuple[list[dict], dict]:
+    """test_ingest_dag_publishes_once_across_a_retry: a config named ``ventes-été.yaml`` without
+    ``batch_id``, and a Spark driver Python that sets the fault in the first attempt only."""
+    root, marker = tmp / "ns", tmp / "first-attempt-done"
+    config = _demo_config(tmp, root).rename(tmp / "ventes-été.yaml")
+    driver = tmp / "driver-python"  # the Spark driver of the first attempt only dies after publishing
+    driver.write_text(f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; '
+                      f'export LANCEPART_FAULT=after_manifest_commit:exit; fi\nexec "{sys.executable}" "$@"\n')
+    driver.chmod(0o755)
+    run = {"name": "ingest retry", "dag_id": "lancepart_ingest", "logical_date": LOGICAL_DATE,
+           "conf": {"config": str(config)},
+           "env": {"PYSPARK_DRIVER_PYTHON": str(driver),
+                   "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}}
+    return [run], {"root": root, "marker": marker, "config": config}
+
+
+def _prepare_maintenance(tmp: Path) -> tuple[list[dict], dict]:
+    """test_maintenance_dag_compacts_then_cleans_up: a namespace made by ``lancepart create`` and
+    three ``lancepart ingest`` (the console script's ``main``, in this process) of 500 rows each."""
+    import pyarrow.parquet as pq
+
+    from lancepart.util.sample import demo_events
+
+    root = tmp / "ns"
+    config = _demo_config(tmp, root, compact={"target_rows_per_fragment": 100_000})
+    _cli("-q", "create", "--config", str(config))
+    for i in range(3):
+        pq.write_table(demo_events(500, start_id=i * 500, days=2), tmp / f"part{i}.parquet")
+        _cli("-q", "ingest", str(root), str(tmp / f"part{i}.parquet"))
+    run = {"name": "maintenance", "dag_id": "lancepart_maintenance", "logical_date": LOGICAL_DATE,
+           "conf": {"config": str(config), "older_than": "1h"},
+           "env": {"LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2]"}}
+    return [run], {"root": root, "before": json.loads(_cli("-q", "--json", "describe", str(root)))}
 
 
 # Each refusal: DAG, the run's conf beside its config ("{config}": the path of a valid config),
@@ -245,29 +148,206 @@ REFUSALS = {
 }
 
 
-def test_dags_refuse_bad_run_parameters_before_anything_runs(airflow_env, tmp_path):
-    """Issue 11 items 3 and 4, in real ``dag.test()`` runs (all in one Airflow process). A run
-    chooses only ``config`` and ``batch_id`` (ingest) or ``config`` and ``older_than``
-    (maintenance): ``spark_args`` with a trailing newline (which used to cut ``--batch-id`` off
-    the command: the task failed after publishing and each of the 3 retries published again),
-    ``--master``/``--conf`` or a ``master`` key from a run (storage credentials shipped to any
-    cluster), a config path with a control character, and an ``older_than`` below 1 hour (``0``
-    deleted published files beside live writers; the DAG never passes
-    ``--allow-short-retention``) or that is not a whole duration each fail the DAG's first task
-    before anything runs, without retries: the namespace is never created, and the maintenance
-    DAG's cleanup never runs."""
-    env, _ = airflow_env
+def _prepare_refusals(tmp: Path) -> tuple[list[dict], dict]:
+    """test_dags_refuse_bad_run_parameters_before_anything_runs: a valid config per run whose
+    namespace root must never be created."""
     runs, roots = [], {}
     for i, (name, (dag_id, conf, _, _)) in enumerate(REFUSALS.items()):
-        roots[name] = tmp_path / f"ns{i}"
-        config = str(_demo_config(tmp_path, roots[name], file=f"refusal{i}.yaml"))
+        roots[name] = tmp / f"ns{i}"
+        config = str(_demo_config(tmp, roots[name], file=f"refusal{i}.yaml"))
         conf = {k: v.replace("{config}", config) if k == "config" else v for k, v in conf.items()}
         if dag_id == "lancepart_maintenance":
             conf.setdefault("older_than", "7d")
-        runs.append({"name": name, "dag_id": dag_id, "logical_date": _run_date(i), "conf": {"config": config, **conf}})
-    done = _airflow_runs(env, tmp_path, runs)
+        # dates after LOGICAL_DATE, which the retry and the maintenance run use
+        runs.append({"name": name, "dag_id": dag_id, "logical_date": _run_date(1 + i),
+                     "conf": {"config": config, **conf}})
+    return runs, {"roots": roots}
+
+
+def _prepare_batch_ids(tmp: Path) -> tuple[list[dict], dict]:
+    """test_ingest_dag_runs_use_the_batch_id_the_job_chooses: ``make demo``'s ingest (here in
+    this process, on the shared Spark session) and a write under a hostile batch id publish first;
+    then three runs, one per way the id reaches the job."""
+    from lancepart import PartitionedNamespace
+    from lancepart.config import JobConfig
+    from lancepart.job_runner import run_ingest
+    from lancepart.util.sample import demo_events
+    from tests.test_batch_ids import published_rows
+
+    root, marker = tmp / "ns", tmp / "shell-ran"
+    cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    assert cfg["batch_id"] == "demo-{logical_date}" and str(cfg["logical_date"]) == "2025-12-01"
+    cfg["namespace"]["root"] = str(root)
+    cfg["namespace"]["spec"]["fields"] = cfg["namespace"]["spec"]["fields"][:1]  # event_date: few tables, fast
+    cfg["source"]["rows"] = 3_000
+    cfg["spark"]["conf"] = {"spark.sql.shuffle.partitions": "2"}
+    demo = tmp / "demo.yaml"
+    demo.write_text(yaml.safe_dump(cfg))
+    del cfg["logical_date"]
+    cfg["batch_id"] = "demo-2025-12-01"  # a literal id: the same id in a run for any date
+    literal = tmp / "literal.yaml"
+    literal.write_text(yaml.safe_dump(cfg))
+
+    first = run_ingest(JobConfig.load(demo))  # what `make demo` runs
+    batch = f"-nightly;$(touch${{IFS}}{marker})*"
+    ns = PartitionedNamespace.open(str(root))
+    hostile = ns.write(demo_events(50, start_id=100_000, days=1), batch_id=batch)
+    before = published_rows(str(root))
+
+    env = {"LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
+    expected = {"the demo's date": ("2025-12-01T00:00:00+00:00", {"config": str(demo)}, "demo-2025-12-01"),
+                "a literal id, another date": ("2025-12-02T00:00:00+00:00", {"config": str(literal)},
+                                               "demo-2025-12-01"),
+                "the run's batch_id": ("2025-12-03T00:00:00+00:00", {"config": str(demo), "batch_id": batch}, batch)}
+    runs = [{"name": name, "dag_id": "lancepart_ingest", "logical_date": date, "conf": conf, "env": env}
+            for name, (date, conf, _) in expected.items()]
+    return runs, {"root": root, "marker": marker, "first": first, "hostile_skipped": hostile.skipped,
+                  "published_before": before, "batch_ids": {name: b for name, (_, _, b) in expected.items()}}
+
+
+# The Param pattern the DAGs had for spark_args (issue 11 item 3), kept to show why a pattern is not enough.
+OLD_SPARK_ARGS_PATTERN = r"^[A-Za-z0-9_.,:=/@+\-\[\]\* ]*$"
+PARAMS = [({"type": "string", "pattern": OLD_SPARK_ARGS_PATTERN}, "--master local[2]\n"),
+          ({"type": "string", "pattern": OLD_SPARK_ARGS_PATTERN}, "--master x;y")]
+
+
+@pytest.fixture(scope="module")
+def airflow(airflow_env, spark, tmp_path_factory) -> dict:
+    """Every run of the module prepared, then ONE Airflow process (``airflow_proc.py batch``):
+    its database, the DagBag, the ``Param`` checks of PARAMS and every ``dag.test()`` run, one
+    after the other. Returns ``{"dagbag", "params", "runs": name -> (result, its part of the
+    log), "prepared": test -> what its preparation left}``."""
+    env, home = airflow_env
+    prepared = {name: prepare(tmp_path_factory.mktemp(name)) for name, prepare in (
+        ("refusals", _prepare_refusals), ("retry", _prepare_retry), ("maintenance", _prepare_maintenance),
+        ("batch_ids", _prepare_batch_ids))}
+    runs = [run for runs, _ in prepared.values() for run in runs]
+    out, log = home / "result.json", home / "airflow.log"
+    spec = json.dumps({"params": PARAMS, "runs": runs})
+    with open(log, "ab") as f:
+        proc = subprocess.run([sys.executable, str(PROC), "batch", str(DAGS), spec, "1", str(out)], env=env,
+                              cwd=home, stdout=f, stderr=subprocess.STDOUT, timeout=1800)
+    if proc.returncode != 0 or not out.exists():
+        pytest.fail(f"airflow_proc exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+    result = json.loads(out.read_text())
+    parts = dict(part.split("\n", 1) for part in log.read_text().split(RUN_MARK)[1:])
+    assert set(result["runs"]) == set(parts) == {r["name"] for r in runs}, (sorted(result["runs"]), sorted(parts))
+    result["runs"] = {name: (result["runs"][name], parts[name]) for name in result["runs"]}
+    result["prepared"] = {name: context for name, (_, context) in prepared.items()}
+    return result
+
+
+# --------------------------------------------------------------------------- the tests
+def test_dagbag_loads_both_dags(airflow):
+    """Both DAGs parse in a real DagBag, with retries, and call exactly the contract commands."""
+    bag = airflow["dagbag"]
+    assert bag["import_errors"] == {}
+    assert set(bag["dags"]) == {"lancepart_ingest", "lancepart_maintenance"}
+
+    ingest = bag["dags"]["lancepart_ingest"]
+    assert set(ingest["tasks"]) == {"ingest"}
+    task = ingest["tasks"]["ingest"]
+    assert task["retries"] >= 2 and task["retry_delay_s"] > 0
+    assert task["bash_command"].startswith("exec ./spark-submit.sh jobs/ingest.py --config=")
+    assert "--batch-id=" in task["bash_command"]
+    assert task["cwd"] == str(REPO)
+    assert ingest["params"] == {"config": "configs/demo.yaml", "batch_id": None}  # no spark_args any more
+
+    maint = bag["dags"]["lancepart_maintenance"]
+    assert maint["schedule"] == "@daily"
+    assert set(maint["tasks"]) == {"compact", "cleanup"}
+    assert maint["tasks"]["cleanup"]["upstream"] == ["compact"]
+    assert maint["tasks"]["compact"]["bash_command"].startswith("exec ./spark-submit.sh jobs/compact.py --config=")
+    assert Path(maint["tasks"]["cleanup"]["bash_command"].split()[0]).name == "lancepart"
+    assert " cleanup --config=" in maint["tasks"]["cleanup"]["bash_command"]
+    assert "allow-short-retention" not in maint["tasks"]["cleanup"]["bash_command"]
+    assert maint["params"] == {"config": "configs/compact-demo.yaml", "older_than": "7d"}
+    assert all(t["retries"] >= 2 for t in maint["tasks"].values())
+    assert (REPO / maint["params"]["config"]).is_file() and (REPO / ingest["params"]["config"]).is_file()
+
+
+@pytest.mark.spark
+def test_ingest_dag_publishes_once_across_a_retry(airflow):
+    """The ingest DAG end to end with ``dag.test()``: the first attempt publishes and then dies
+    (``LANCEPART_FAULT=after_manifest_commit:exit`` in the Spark driver), Airflow retries the
+    task, and the retry finds its batch id published and writes nothing (spec "Transaction";
+    docs/guide.md "Writing": batch_id). The config is named ``ventes-été.yaml`` and has no
+    ``batch_id``: the DAG's default id ``lancepart_ingest:<config>:<logical date>`` holds the
+    non-ASCII name, and the retry finds it (issue 11 item 1: such an id was never found, and
+    every rerun of the date published again). The deployment's spark-submit options (several
+    words) come from ``$LANCEPART_SPARK_SUBMIT_ARGS``."""
+    from lancepart import PartitionedNamespace
+    from lancepart.write.batches import find_batch
+
+    prepared = airflow["prepared"]["retry"]
+    root, marker, config = prepared["root"], prepared["marker"], prepared["config"]
+    assert yaml.safe_load(config.read_text())["namespace"]["root"] == str(root)
+    run, log = airflow["runs"]["ingest retry"]
+
+    assert marker.exists(), "the first attempt never started the Spark driver"
+    assert run["state"] == "success", run
+    assert run["tasks"]["ingest"] == {"state": "success", "try_number": 2}, run
+    # dag.test() runs the attempts in its own process and logs them there, one after the other
+    attempts = log.split("[DAG TEST] starting task_id=ingest")[1:]
+    assert len(attempts) == 2
+    assert "Command exited with return code 77" in attempts[0]  # the driver died after the publish
+    assert '"skipped": true' in attempts[1] and "return code 0" in attempts[1]  # the retry found it published
+    assert '"skipped": false' not in attempts[0] + attempts[1]  # the first attempt died before its summary
+
+    ns = PartitionedNamespace.open(root)
+    ids = ns.to_table(columns=["id"]).column("id")
+    assert len(ids) == 2000 and sorted(ids.to_pylist()) == list(range(2000))  # published exactly once
+    batch_id = f"lancepart_ingest:{config}:{LOGICAL_DATE}"
+    assert "ventes-été.yaml" in batch_id and find_batch(ns.manifest, batch_id, ns.snapshot()) is not None
+
+
+@pytest.mark.spark
+def test_maintenance_dag_compacts_then_cleans_up(airflow):
+    """The maintenance DAG end to end: jobs/compact.py on Spark merges the small fragments of
+    three local ingests, then ``lancepart cleanup --older-than 1h`` (the smallest retention the
+    DAG asks for) keeps the versions that are younger than that; the published rows are
+    unchanged (spec "Transaction"; docs/guide.md "Compaction" and "Cleanup"; issue 11 item 4)."""
+    from lancepart import PartitionedNamespace
+
+    prepared = airflow["prepared"]["maintenance"]
+    root, before = prepared["root"], prepared["before"]
+    run, _ = airflow["runs"]["maintenance"]
+
+    assert run["state"] == "success", run
+    assert {t: s["state"] for t, s in run["tasks"].items()} == {"compact": "success", "cleanup": "success"}
+    after = json.loads(_cli("-q", "--json", "describe", str(root)))
+    assert after["rows"] == before["rows"] == 1500
+    assert after["manifest_version"] > before["manifest_version"]  # compaction published
+    assert all(t["versions"] >= 2 for t in after["tables"])  # nothing is an hour old: cleanup kept it all
+    ns = PartitionedNamespace.open(root)
+    assert sorted(ns.to_table(columns=["id"]).column("id").to_pylist()) == list(range(1500))
+    frags = [len(lance_ds.get_fragments()) for lance_ds in _published(ns)]
+    assert max(frags) == 1  # every partition rewritten into one fragment
+
+
+def test_airflow_param_pattern_lets_a_trailing_newline_through(airflow):
+    """Why the DAGs no longer take free-form spark-submit options (issue 11 item 3): Airflow
+    validates a Param with JSON schema, whose ``pattern`` is a Python ``re.search``, and ``$``
+    also matches before a final newline. So ``--master local[2]\\n`` passed the old pattern, and
+    the newline then ended the bash command before ``-- --batch-id ...``."""
+    newline, semicolon = airflow["params"]  # PARAMS, checked by Airflow's Param
+    assert newline == {"accepted": True, "value": "--master local[2]\n"}
+    assert not semicolon["accepted"]  # the pattern works
+
+
+def test_dags_refuse_bad_run_parameters_before_anything_runs(airflow):
+    """Issue 11 items 3 and 4, in real ``dag.test()`` runs. A run chooses only ``config`` and
+    ``batch_id`` (ingest) or ``config`` and ``older_than`` (maintenance): ``spark_args`` with a
+    trailing newline (which used to cut ``--batch-id`` off the command: the task failed after
+    publishing and each of the 3 retries published again), ``--master``/``--conf`` or a
+    ``master`` key from a run (storage credentials shipped to any cluster), a config path with a
+    control character, and an ``older_than`` below 1 hour (``0`` deleted published files beside
+    live writers; the DAG never passes ``--allow-short-retention``) or that is not a whole
+    duration each fail the DAG's first task before anything runs, without retries: the
+    namespace is never created, and the maintenance DAG's cleanup never runs."""
+    roots = airflow["prepared"]["refusals"]["roots"]
     for name, (dag_id, _, task, reason) in REFUSALS.items():
-        run, log = done[name]
+        run, log = airflow["runs"][name]
         assert run["state"] == "failed", (name, run)
         assert run["tasks"][task] == {"state": "failed", "try_number": 1}, (name, run)  # not retried
         assert reason in log, (name, log[-3000:])
@@ -343,10 +423,10 @@ print(json.dumps(out))
 
 
 @pytest.mark.spark
-def test_ingest_dag_runs_use_the_batch_id_the_job_chooses(airflow_env, spark, tmp_path):
-    """Three runs of the ingest DAG (one Airflow process), each for a batch id published before
-    it, so the job must skip each one (``"skipped": true``, nothing written): an id that reached
-    the job any other way would publish the rows again.
+def test_ingest_dag_runs_use_the_batch_id_the_job_chooses(airflow):
+    """Three runs of the ingest DAG, each for a batch id published before it, so the job must
+    skip each one (``"skipped": true``, nothing written): an id that reached the job any other
+    way would publish the rows again.
 
     * Issue item 9: ``make demo`` (the ingest job with configs/demo.yaml, here in this process)
       and then a DAG run for the demo's date published the rows twice: the DAG's id
@@ -358,47 +438,19 @@ def test_ingest_dag_runs_use_the_batch_id_the_job_chooses(airflow_env, spark, tm
       that starts with ``-`` (``--batch-id -x`` was read by the job as a missing value: exit 2 on
       every retry) and holds shell syntax (it travels in an environment variable, never in the
       shell text)."""
-    from lancepart import PartitionedNamespace
-    from lancepart.config import JobConfig
-    from lancepart.job_runner import run_ingest
-    from lancepart.util.sample import demo_events
     from tests.test_batch_ids import published_rows
 
-    env, _ = airflow_env
-    root, marker = tmp_path / "ns", tmp_path / "shell-ran"
-    cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
-    assert cfg["batch_id"] == "demo-{logical_date}" and str(cfg["logical_date"]) == "2025-12-01"
-    cfg["namespace"]["root"] = str(root)
-    cfg["namespace"]["spec"]["fields"] = cfg["namespace"]["spec"]["fields"][:1]  # event_date: few tables, fast
-    cfg["source"]["rows"] = 3_000
-    cfg["spark"]["conf"] = {"spark.sql.shuffle.partitions": "2"}
-    demo = tmp_path / "demo.yaml"
-    demo.write_text(yaml.safe_dump(cfg))
-    del cfg["logical_date"]
-    cfg["batch_id"] = "demo-2025-12-01"  # a literal id: the same id in a run for any date
-    literal = tmp_path / "literal.yaml"
-    literal.write_text(yaml.safe_dump(cfg))
-
-    first = run_ingest(JobConfig.load(demo))  # what `make demo` runs
+    prepared = airflow["prepared"]["batch_ids"]
+    first = prepared["first"]
     assert first["batch_id"] == "demo-2025-12-01" and first["rows_written"] == 3_000 and not first["skipped"]
-    batch = f"-nightly;$(touch${{IFS}}{marker})*"
-    ns = PartitionedNamespace.open(str(root))
-    assert not ns.write(demo_events(50, start_id=100_000, days=1), batch_id=batch).skipped
-    assert published_rows(str(root)) == 3_050
-
-    run_env = {**env, "LANCEPART_SPARK_SUBMIT_ARGS": "--master local[2] --conf spark.ui.enabled=false"}
-    runs = {"the demo's date": ("2025-12-01T00:00:00+00:00", {"config": str(demo)}, "demo-2025-12-01"),
-            "a literal id, another date": ("2025-12-02T00:00:00+00:00", {"config": str(literal)}, "demo-2025-12-01"),
-            "the run's batch_id": ("2025-12-03T00:00:00+00:00", {"config": str(demo), "batch_id": batch}, batch)}
-    done = _airflow_runs(run_env, tmp_path, [{"name": name, "dag_id": "lancepart_ingest", "logical_date": date,
-                                              "conf": conf} for name, (date, conf, _) in runs.items()])
-    for name, (_, _, batch_id) in runs.items():
-        run, log = done[name]
+    assert not prepared["hostile_skipped"] and prepared["published_before"] == 3_050
+    for name, batch_id in prepared["batch_ids"].items():
+        run, log = airflow["runs"][name]
         assert run["state"] == "success", (name, run)
         assert run["tasks"]["ingest"] == {"state": "success", "try_number": 1}, (name, run)
         assert '"skipped": true' in log and f'"batch_id": {json.dumps(batch_id)}' in log, (name, log[-3000:])
-    assert not marker.exists()
-    assert published_rows(str(root)) == 3_050
+    assert not prepared["marker"].exists()
+    assert published_rows(str(prepared["root"])) == 3_050
 
 
 def _published(ns):

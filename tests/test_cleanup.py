@@ -365,14 +365,26 @@ def test_cleanup_beside_live_writers(ns, monkeypatch):
 
 
 @pytest.mark.spark
-def test_killed_spark_job_directories_go(ns):
-    """A Spark driver killed after its executors wrote fragments for new partitions, before it
+def test_killed_spark_job_directories_go(ns, spark, monkeypatch):
+    """A Spark driver that died after its executors wrote fragments for new partitions, before it
     reserved them: the job's own table directories (data files only, docs/design.md §5 names) are
-    referenced by nothing and go; the published snapshot stays."""
+    referenced by nothing and go; the published snapshot stays. The driver is this process, on
+    the shared session: an injected fault raises at that step (``after_fragments``), and the
+    write leaves what it wrote as it is, as a killed driver does (tests/test_crash.py kills Spark
+    drivers with ``exit`` and ``kill -9``); the directories it left are checked first."""
+    from lancepart import spark as lps
+    from lancepart.util import faults
+    from tests.crash_proc import spark_frame
+
     ns.write(batch(1, days=1).table(), batch_id="b1")
     before, tables = ns.to_table().sort_by("id"), {p.location for p in ns.partitions()}
-    code, records, err = finish(launch(ns.root, [batch(2, days=3).op(fault="after_fragments:exit")], engine="spark"))
-    assert code == 77 and not records, err[-3000:]
+    dead = batch(2, days=3)
+    monkeypatch.setenv(faults.ENV, "after_fragments:raise")
+    faults._counts.clear()  # the fault fires the first time this process reaches the step
+    with pytest.raises(faults.InjectedFault, match="after_fragments"):
+        lps.write(spark_frame(spark, dead), ns.root, mode=dead.mode, batch_id=dead.batch_id)
+    monkeypatch.delenv(faults.ENV)
+    faults._counts.clear()
     job_dirs = set(os.listdir(ns.root)) - tables - {"__manifest", "_lancepart_batches"}
     assert job_dirs and all(not os.path.exists(join_uri(ns.root, d, "_versions")) for d in job_dirs)
     for d in job_dirs:  # unreferenced directories obey the retention floor even under allow_short_retention

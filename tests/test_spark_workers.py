@@ -43,8 +43,9 @@ def _clean_env(**extra: str) -> dict[str, str]:
     """No PYSPARK_* variables, a PATH with neither the venv nor pyenv: `python3` is the system one."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
            "PYTHONPATH": str(REPO), "LANG": "C.UTF-8"}
-    if "JAVA_HOME" in os.environ:
-        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    for jvm in ("JAVA_HOME", "SPARK_SUBMIT_OPTS"):  # which Java and its options (tests/conftest.py), not Python
+        if jvm in os.environ:
+            env[jvm] = os.environ[jvm]
     env.update(extra)
     return env
 
