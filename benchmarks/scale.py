@@ -7,11 +7,10 @@ partitions each (one row per partition; the build rate is printed), then, ``--ru
 
 * ``append``: a one-row ``ns.write`` into an existing partition (a table commit and one
   ``__manifest`` publish);
-* ``open``: ``PartitionedNamespace.open(root)`` of a version this process has read before (its
-  table rows come from the process's cache);
+* ``open``: ``PartitionedNamespace.open(root)``;
 * ``open+prune``: open, then ``partitions("shop = <v>")`` (a pruned point lookup);
-* ``cold open``, ``cold open+prune``: the same with the cache emptied first (the first open of
-  a version in a process: its table rows are scanned);
+* ``cold open``, ``cold open+prune``: the same with a process cache of ``__manifest`` rows
+  emptied first, where the code has one (without one they measure the same as the others);
 * ``manifest commit``: the ``__manifest`` publish alone (``read_version`` of one table moved
   to the version it already has), which is what grows when every commit rewrites the table.
 

@@ -26,9 +26,7 @@ import json
 import logging
 import os
 import random
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -306,39 +304,15 @@ class ManifestSnapshot:
     def table_pins(self) -> pa.Table:
         """The table rows without ``metadata`` and ``base_objects``: what locating, pinning and
         pruning partitions needs. Read alone (a full scan of those columns, then filtered: faster
-        than the Bitmap index's random reads) while the other rows are not needed. A version
-        never changes: the process keeps the pins of the last few versions read
-        (:data:`PINS_CACHE`), so opening the same version again does not scan it again."""
+        than the Bitmap index's random reads) while the other rows are not needed."""
         if self._pins is None:
-            key = self._pins_key()
-            cached = PINS_CACHE.get(key) if key is not None else None
-            if cached is not None:
-                self._pins = cached
-                return cached
             if self._rows is not None:
                 rows = self._rows
             else:
                 cols = [c for c in self._dataset.schema.names if c not in _ROW_ONLY_COLUMNS]
                 rows = self._read(lambda ds: ds.to_table(columns=cols))
             self._pins = _table_rows(rows).drop_columns([c for c in _ROW_ONLY_COLUMNS if c in rows.column_names])
-            if key is not None:
-                PINS_CACHE.put(key, self._pins)
         return self._pins
-
-    def _pins_key(self) -> tuple | None:
-        """What identifies this version's rows for :data:`PINS_CACHE`: the table's URI, the
-        version and the data and deletion files of its fragments (file names are random per
-        write, so a namespace removed and created again at the same root never matches an old
-        entry); None when it cannot be told (a snapshot made from rows)."""
-        if self._dataset is None:
-            return None
-        try:
-            files = tuple((f.metadata.files[0].path if f.metadata.files else "",
-                           None if (d := f.metadata.deletion_file) is None else (d.id, d.read_version))
-                          for f in self._dataset.get_fragments())
-        except Exception:  # no key, no cache: the rows are read as before
-            return None
-        return (self._uri, self.version, files)
 
     def with_read_versions(self, versions: Mapping[str, int]) -> pa.Table:
         """The rows with the ``read_version`` of each table in ``versions`` (object_id -> table
@@ -350,39 +324,6 @@ class ManifestSnapshot:
         looked up, with the new versions."""
         return ManifestChanges(upserts=set_read_versions(self.lookup(list(versions)), versions))
 
-
-class _PinsCache:
-    """The table pins of the ``__manifest`` versions read last in this process (a bounded LRU by
-    rows held), shared by every handle: a version's rows never change."""
-
-    def __init__(self, max_rows: int = 1_000_000) -> None:
-        self.max_rows = max_rows
-        self._entries: OrderedDict[tuple, pa.Table] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple) -> pa.Table | None:
-        with self._lock:
-            found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-            return found
-
-    def put(self, key: tuple, pins: pa.Table) -> None:
-        if pins.num_rows > self.max_rows:
-            return
-        with self._lock:
-            self._entries[key] = pins
-            self._entries.move_to_end(key)
-            while sum(t.num_rows for t in self._entries.values()) > self.max_rows:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-#: the process's cache of table pins (:meth:`ManifestSnapshot.table_pins`)
-PINS_CACHE = _PinsCache()
 
 # Columns table_pins() leaves out: free text and lineage, never needed to find or prune a table.
 _ROW_ONLY_COLUMNS = ("metadata", "base_objects")
