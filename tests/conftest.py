@@ -237,6 +237,35 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker orders the same collection the same way
+        items[:] = long_work_first(items)
+
+
+def long_work_first(items: list) -> list:
+    """The order pytest-xdist hands the tests out in (``--dist worksteal``, pyproject.toml: each
+    worker starts with a contiguous share of it, and a worker that is done takes the second half
+    of what the busiest one has left): the modules that hold a ``slow`` test, then the other
+    tests that use the shared ``spark`` session, then the rest, each part in collection order.
+
+    * Long work starts first and short tests fill the end: a long test that started last kept
+      the run going while the other workers had nothing left.
+    * The Spark tests run back to back. Spark closes a Python worker that was idle for a minute,
+      and the next query starts new ones, which import lancepart again (about 8 CPU seconds
+      each time): spread between other tests, Spark tests paid that again and again.
+    * A worker's share is contiguous, so a module mostly runs in one worker (its module
+      fixtures set up once).
+    """
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    slow = {module(item) for item in items if item.get_closest_marker("slow") is not None}
+
+    def rank(item) -> int:
+        if module(item) in slow:
+            return 0
+        return 1 if "spark" in getattr(item, "fixturenames", ()) else 2
+
+    return sorted(items, key=rank)  # stable
 
 
 @pytest.fixture(scope="session")
