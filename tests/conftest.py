@@ -237,6 +237,46 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:  # an xdist worker: every worker orders the same collection the same way
+        items[:] = long_work_first(items, workers)
+
+
+def long_work_first(items: list, workers: int) -> list:
+    """The order pytest-xdist hands the tests out in. Under ``--dist worksteal`` (pyproject.toml)
+    worker k starts with the k-th of ``workers`` contiguous shares of this order, and a worker
+    that is done takes the second half of what the busiest one has left.
+
+    * Each share starts with its long work: the modules that hold a ``slow`` test, dealt out
+      module by module. A long test that started last kept the run going while the other
+      workers had nothing left; the queues now end in short tests.
+    * The other tests that use the shared ``spark`` session follow, back to back, in two halves
+      (the last two shares): Spark closes a Python worker that was idle for a minute, and the
+      next query starts new ones, which import lancepart again (about 8 CPU seconds each
+      time); spread between other tests, Spark tests paid that again and again.
+    * Then the rest, in collection order. A share is contiguous, so a module mostly runs in
+      one worker (its module fixtures are set up once).
+    """
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    slow = {module(item) for item in items if item.get_closest_marker("slow") is not None}
+    shares: list[list] = [[] for _ in range(workers)]
+    for n, name in enumerate(dict.fromkeys(module(item) for item in items if module(item) in slow)):
+        shares[n % workers] += [item for item in items if module(item) == name]
+    spark = [item for item in items if module(item) not in slow and "spark" in getattr(item, "fixturenames", ())]
+    half = (len(spark) + 1) // 2
+    shares[-2] += spark[:half]
+    shares[-1] += spark[half:]
+    placed = {id(item) for share in shares for item in share}
+    rest = [item for item in items if id(item) not in placed]
+    order, left = [], len(items)
+    for k, share in enumerate(shares):
+        size = left // (workers - k)  # what worksteal first sends worker k
+        take = max(0, size - len(share))
+        order += share + rest[:take]
+        rest, left = rest[take:], left - size
+    return order + rest
 
 
 @pytest.fixture(scope="session")

@@ -34,8 +34,9 @@ LOGICAL_DATE = "2025-03-04T00:00:00+00:00"
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("airflow") is None,
                        reason="apache-airflow is not installed (it comes with the 'test' extra: make setup)"),
-    # one worker runs the module: its runs are made once, by the module's `airflow` fixture
-    pytest.mark.xdist_group("airflow_dags"),
+    # long: first in the order of tests/conftest.py long_work_first, so one xdist worker starts
+    # the whole module (its `airflow` fixture makes the runs once)
+    pytest.mark.slow,
 ]
 
 

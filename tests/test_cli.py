@@ -86,6 +86,7 @@ def made(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_round_trip(made, tmp_path, capsys):
     """create -> ingest (Parquet, CSV, JSON, Arrow IPC in one commit) -> describe -> rerun of the
     batch id -> compact -> cleanup -> partitions / explain; the data is published exactly once

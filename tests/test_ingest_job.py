@@ -56,6 +56,7 @@ def test_csv_source_needs_types_that_fit(spark, tmp_path):
     assert got.column("event_ts").null_count == 300  # absent nullable column is NULL
 
 
+@pytest.mark.slow
 def test_spark_submit_wrapper_runs_the_job(tmp_path):
     """The README's main command path: ./spark-submit.sh jobs/ingest.py --config ... on local[*]."""
     cfg = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())

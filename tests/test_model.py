@@ -1212,6 +1212,7 @@ def _settings(stress: bool) -> settings:
                                            HealthCheck.data_too_large])
 
 
+@pytest.mark.slow
 def test_model(stress) -> None:
     """Random sequences of every public operation against the oracle (20 examples of up to 25
     steps, about a minute, every rule at least once; ``--stress``: 250 of up to 40)."""

@@ -430,6 +430,7 @@ def test_seaweedfs_refused_credentials_raise_storage_unavailable(seaweedfs):
         assert_no_secret(wrong_secret["aws_secret_access_key"], e.value)
 
 
+@pytest.mark.slow
 def test_partition_table_commits_take_the_commit_lock(tmp_path):
     """With a commit-lock directory configured (stores without atomic put-if-absent), every
     commit takes the lock: __manifest, the reservation's empty tables, and each partition

@@ -63,6 +63,7 @@ def _published(ns: PartitionedNamespace) -> tuple[pa.Table, dict[int, str]]:
     return ns.to_table(), owner
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_to_table_equals_brute_force_across_spec_versions(root, case):
     v1, v2 = CASES[case]

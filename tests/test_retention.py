@@ -156,6 +156,7 @@ def _race(root: str, seconds: float, writers: int = 3) -> tuple[list[dict], list
 
 @pytest.mark.parametrize("seconds", [pytest.param(25, id="25s"),
                                      pytest.param(180, id="180s", marks=pytest.mark.stress)])
+@pytest.mark.slow
 def test_short_retention_cleanup_beside_live_writers(ns, seconds):
     """Three writer processes and a cleaner at ``allow_short_retention`` with ``older_than`` of 0
     to 2 s, no kill at all (issue item 4: this destroyed a namespace within seconds). A write may

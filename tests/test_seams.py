@@ -258,6 +258,7 @@ def test_a_partition_created_after_a_column_was_added_keeps_its_values(root):
 
 
 # ------------------------------------------------------------------ 1 and 4 under a real mixed load
+@pytest.mark.slow
 def test_mixed_load_beside_schema_changes_loses_nothing_and_raises_only_typed_errors(root, stress):
     """Writers, a merge loop, a delete loop with few retries (some of its deletes fail) and
     compaction, beside a schema change (add, widen, rename) every moment, each in its own

@@ -55,6 +55,7 @@ def _config(tmp_path: Path, root: str, storage: dict[str, str], name: str = "job
     return path
 
 
+@pytest.mark.slow
 def test_cli_takes_storage_options_off_the_command_line_and_never_echoes_them(s3, tmp_path):
     """Issue 11 item 14: create with ``--storage-options-file``, ingest with
     ``$LANCEPART_STORAGE_OPTIONS``, describe with a config whose secret is ``${VAR}``; every
@@ -90,6 +91,7 @@ def test_cli_takes_storage_options_off_the_command_line_and_never_echoes_them(s3
         assert "s3://***@" in proc.stdout
 
 
+@pytest.mark.slow
 def test_failures_never_echo_a_secret(s3, tmp_path):
     """A dead endpoint, credentials in the root URL or in the endpoint URL, and a secret given to
     an option Lance cannot parse: each command fails (exit 2) with a message naming the

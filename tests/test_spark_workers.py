@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a Spark driver process per test
 
 REPO = Path(__file__).resolve().parent.parent
 BARE_PYTHON = "/usr/bin/python3"  # the system interpreter: no pyarrow, no lance

@@ -186,6 +186,7 @@ def test_spark_write_reports_phase_timings(spark, ns):
     assert d["fragments"] >= r.partitions_touched > 0
 
 
+@pytest.mark.slow
 def test_spark_write_does_not_log_lance_no_existing_dataset_per_fragment(tmp_path):
     """Issue 12 item 5: Lance logged ``WARN ... No existing dataset at <table>, it will be created``
     once per fragment written into a new partition table (256 lines for a 16 M-row job). A Spark
