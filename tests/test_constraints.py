@@ -231,6 +231,8 @@ def test_cli_constraint_add_list_drop(ns, capsys):
     assert json.loads(capsys.readouterr().out) == {"amount_nonneg": NONNEG}
     assert main(["constraint", "add", ns.root, "amount_pos", "amount * 2", "-q"]) != 0
     assert "not a boolean" in capsys.readouterr().err
+    assert main(["describe", ns.root, "--no-sizes", "-q"]) == 0
+    assert "constraint amount_nonneg: CHECK (amount >= 0)" in capsys.readouterr().out
     assert main(["constraint", "drop", ns.root, "amount_nonneg", "-q"]) == 0
     assert ns.refresh().list_constraints() == {}
 
