@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import date
 
 import pyarrow as pa
 import pytest
@@ -138,6 +139,9 @@ def test_merge_update_and_replace_where_are_checked(ns):
         ns.update({"amount": "amount - 1000"}, "id < 10")
     with pytest.raises(ConstraintViolationError, match="merge"):
         ns.merge(bad_rows([1, 2, 9000]), on="id")
+    new_day = bad_rows([9001]).set_column(1, "event_date", pa.array([date(2030, 1, 1)], pa.date32()))
+    with pytest.raises(ConstraintViolationError, match="merge"):  # a new partition: refused before it is reserved
+        ns.merge(new_day, on="id")
     day = "event_date = DATE '2025-12-01'"
     rows = ns.to_table(day)
     with pytest.raises(ConstraintViolationError):
@@ -239,8 +243,9 @@ def test_cli_constraint_add_list_drop(ns, capsys):
 
 @pytest.mark.spark
 def test_spark_writes_are_checked_before_they_publish(ns, spark):
-    """``lps.write``: each task checks its rows against the constraints of the snapshot the job
-    planned on before it writes them (the driver then reads nothing back); the data source's
+    """``lps.write`` and ``lps.merge``: each task checks its rows against the constraints of the
+    snapshot the job planned on before it writes them (the driver then reads nothing back);
+    ``lps.update`` is checked by the driver's publish; the data source's
     batch write (``format("lancepart")``) is checked by the driver's publish, which reads back the
     constraint's columns of what the tasks wrote (Spark wraps the typed error its commit raised).
     Either way nothing is published."""
@@ -259,6 +264,11 @@ def test_spark_writes_are_checked_before_they_publish(ns, spark):
     with pytest.raises(Exception, match=r"ConstraintViolationError.*1 row\(s\) of partition table .*break constraint"):
         df.write.format("lancepart").mode("append").save(ns.root)  # Spark wraps what the data source's commit raised
     assert state(ns) == before
+    with pytest.raises(ConstraintViolationError, match=r"lps\.merge: 1 row\(s\) break constraint"):
+        lps.merge(df, ns.root, on=["id"])
+    assert state(ns) == before
     good = df.where("amount >= 0")
     assert lps.write(good, ns.root).rows_written == 20
     assert len(state(ns)[1]) == len(before[1]) + 20
+    with pytest.raises(ConstraintViolationError, match="amount_nonneg"):
+        lps.update(spark, ns.root, {"amount": "-amount"}, "id >= 7000")  # rows rewritten on the driver's plan

@@ -91,7 +91,8 @@ def _ipc(table: pa.Table) -> bytes:
 
 def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mapping[str, str], job_id: str,
                 storage_options: Mapping[str, str] | None, flush_rows: int, max_rows_per_file: int,
-                write_threads: int = 8, data_storage_version: str | None = None, constraints: str = "{}"):
+                write_threads: int = 8, data_storage_version: str | None = None, constraints: str = "{}",
+                what: str = "lps.write"):
     """The executor function: Arrow batches in, one row per written partition group out. The
     partition groups of a flush are written ``write_threads`` at a time (Lance writes without
     the GIL; on an object store each group is a few round trips), all on the process's one
@@ -102,7 +103,7 @@ def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mappin
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         writer = _TaskWriter(root, spec_json, schema_bytes, existing, job_id, storage_options, max_rows_per_file,
-                             write_threads, data_storage_version, json.loads(constraints))
+                             write_threads, data_storage_version, json.loads(constraints), what)
         pending: list[pa.RecordBatch] = []
         size = 0
         for batch in batches:
@@ -131,7 +132,8 @@ class _TaskWriter:
 
     def __init__(self, root: str, spec_json: str, schema_bytes: bytes, existing: Mapping[str, str], job_id: str,
                  storage_options: Mapping[str, str] | None, max_rows_per_file: int, write_threads: int,
-                 data_storage_version: str | None, constraints: Mapping[str, str] | None = None) -> None:
+                 data_storage_version: str | None, constraints: Mapping[str, str] | None = None,
+                 what: str = "lps.write") -> None:
         from lancepart.model.spec import PartitionSpec
         from lancepart.storage.manifest import Manifest
 
@@ -143,7 +145,7 @@ class _TaskWriter:
         self.so = options_value(storage_options)
         self.manifest = Manifest(root, self.so)
         self._new_table_version: Any = _UNREAD
-        self.constraints = dict(constraints or {})
+        self.constraints, self.what = dict(constraints or {}), what
         self._lock = threading.Lock()
 
     def new_table_version(self) -> str:
@@ -164,7 +166,7 @@ class _TaskWriter:
         if self.constraints:
             from lancepart.write.constraints import check_rows
 
-            check_rows(table, self.constraints, "lps.write")
+            check_rows(table, self.constraints, self.what)
         groups = group_rows(partition_values(table, self.spec, self.schema), self.spec.id)
         items = [(oid, rows, groups.keys.slice(i, 1))
                  for i, (oid, rows) in enumerate(zip(groups.table_object_ids, groups.rows(table), strict=True))]

@@ -67,6 +67,9 @@ log = logging.getLogger("lancepart.write")
 
 
 # ---------------------------------------------------------------------------------- the protocol
+ADDS_NO_ROWS = "*"  # TableChange.checked of a change that gains no row (deletions only)
+
+
 @dataclass
 class TableChange:
     """One partition table's part of an operation, handed to the :class:`CommitProducer`.
@@ -92,8 +95,9 @@ class TableChange:
     commit: Callable[[int | None, str], int | Made | None] | None = None
     overwrite: bool = False
     removed: list[FragmentMetadata] = field(default_factory=list)
-    # the constraints (constraints_json) the rows of ``fragments`` were checked against when
-    # written: the publish does not read them back while the snapshot declares the same ones
+    # the constraints (constraints_json) the rows the table gains (``fragments``; what ``commit``
+    # adds is exactly them) were checked against when written: the publish does not read them
+    # back while the snapshot declares the same ones; ADDS_NO_ROWS: the change only removes rows
     checked: str | None = None
 
 
@@ -369,8 +373,7 @@ class CommitProducer:
                      if r["object_type"] == "table" and r["read_version"] is not None]
         key = constraints_json(snap.metadata)
         todo = [t for t in todo if (t, key) not in self.constraints_checked
-                and not (t.object_id in self.by_oid and self.by_oid[t.object_id].checked == key
-                         and not self.by_oid[t.object_id].commit)]
+                and not (t.object_id in self.by_oid and self.by_oid[t.object_id].checked in (key, ADDS_NO_ROWS))]
         constraints.check_tables(self.manifest, snap.metadata, todo, self.what)
         self.constraints_checked.update((t, key) for t in todo)
 
