@@ -192,6 +192,18 @@ class RowsOutsideFilterError(InvalidArgumentError):
     filter is not TRUE; the message names the filter, how many rows and one of them."""
 
 
+class ConstraintViolationError(InvalidArgumentError):
+    """Rows break a CHECK constraint of the namespace (``ns.add_constraint``): a write whose rows
+    break one publishes nothing, and a constraint the published rows break is not added. The
+    message names the constraint, its expression, how many rows and a few of them;
+    ``constraint``, ``expression``, ``rows`` (those few, as dicts) and ``count`` carry the same."""
+
+    def __init__(self, message: str, *, constraint: str = "", expression: str = "",
+                 rows: list[dict] | None = None, count: int = 0) -> None:
+        super().__init__(message)
+        self.constraint, self.expression, self.rows, self.count = constraint, expression, list(rows or []), count
+
+
 class SparkJobFailedError(LancepartError):
     """A Spark job of an ``lps.*`` operation failed (a task failed too often, an executor was
     lost, a Python worker was killed): nothing was published. The message names the operation,

@@ -1152,6 +1152,51 @@ class PartitionedNamespace:
 
         return list_indexes(self)
 
+    @keyword_only()
+    @public_operation("add_constraint")
+    def add_constraint(self, name: str, sql_expr: str, *, commit: CommitOptions | None = None,
+                       max_retries: int | None = None) -> CommitResult:
+        """Declare the CHECK constraint ``name``: every row of the namespace must make the
+        DataFusion SQL expression ``sql_expr`` TRUE (FALSE and NULL break it). The published
+        rows are checked first (rows that break it: :class:`ConstraintViolationError` naming a
+        few, nothing added); from then on every write path checks the rows it adds before it
+        publishes anything. Kept in ``__manifest``, so every writer of the namespace sees it;
+        listed by ``describe()["constraints"]``. Docs: docs/constraints.md.
+
+        >>> _ = ns.add_constraint("amount_nonneg", "amount >= 0")
+        >>> ns.write(pa.table({"id": [99], "event_date": [date(2025, 12, 10)], "country": ["US"],
+        ...                    "amount": [-1.0]}))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        lancepart.errors.ConstraintViolationError: write: 1 row(s) break constraint 'amount_nonneg' (amount >= 0), ...
+        >>> _ = ns.drop_constraint("amount_nonneg")
+        """
+        self._writable("add_constraint")
+        from lancepart.write.constraints import add_constraint
+
+        retries, props = commit_settings(commit, max_retries)
+        return add_constraint(self, name, sql_expr, max_retries=retries, properties=props)
+
+    @keyword_only()
+    @public_operation("drop_constraint")
+    def drop_constraint(self, name: str, *, commit: CommitOptions | None = None, max_retries: int | None = None
+                        ) -> CommitResult:
+        """Remove the CHECK constraint ``name`` (:class:`InvalidArgumentError` naming the declared
+        ones if there is none of that name); writes stop checking it from the next snapshot."""
+        self._writable("drop_constraint")
+        from lancepart.write.constraints import drop_constraint
+
+        retries, props = commit_settings(commit, max_retries)
+        return drop_constraint(self, name, max_retries=retries, properties=props)
+
+    @keyword_only()
+    @public_operation("list_constraints", publishes=False)
+    def list_constraints(self) -> dict[str, str]:
+        """The CHECK constraints declared (``ns.add_constraint``) as of this handle's snapshot:
+        name -> expression. ``lancepart describe`` lists them too."""
+        from lancepart.model.constraints import constraints
+
+        return constraints(self.snapshot().metadata)
+
     def __repr__(self) -> str:
         from lancepart.redact import redact  # a root's URL userinfo is never shown
 

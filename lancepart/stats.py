@@ -71,8 +71,9 @@ def namespace_sizes(ns: NamespaceHandle, progress: Callable[[str], None] | None 
 def describe(ns: NamespaceHandle, sizes: bool = True,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The JSON description of ``ns``: root, manifest version, current spec id, every spec, the
-    schema, the number of partition tables and, with ``sizes``, :func:`namespace_sizes` (which
-    opens every table)."""
+    schema, the number of partition tables, the CHECK constraints (name -> expression) and,
+    with ``sizes``, :func:`namespace_sizes` (which opens every table)."""
+    from lancepart.model.constraints import constraints
     from lancepart.model.spec import schema_to_json
 
     out: dict[str, Any] = {
@@ -82,6 +83,7 @@ def describe(ns: NamespaceHandle, sizes: bool = True,
         "specs": {k: s.to_json() for k, s in ns.specs.items()},
         "schema": schema_to_json(ns.schema),
         "partitions": len(ns.partitions()),
+        "constraints": constraints(ns.snapshot().metadata),
     }
     if sizes:
         out.update(namespace_sizes(ns, progress))

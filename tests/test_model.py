@@ -65,6 +65,7 @@ from hypothesis.stateful import (
 from lancepart import PartitionedNamespace
 from lancepart.errors import (
     AmbiguousMatchError,
+    ConstraintViolationError,
     CorruptNamespaceError,
     DuplicateKeyError,
     InvalidArgumentError,
@@ -222,6 +223,20 @@ def multiset_diff(got: list[tuple], want: list[tuple]) -> str:
     return f"published but not in the oracle: {show(extra)}; in the oracle but not published: {show(missing)}"
 
 
+def added_rows(old: list[dict], new: list[dict], fids: list[int]) -> list[dict]:
+    """The rows of ``new`` that ``old`` does not have (as multisets over ``fids``): what an
+    operation going from ``old`` to ``new`` publishes that was not published."""
+    have = Counter(tuple(_enc(r.get(f)) for f in fids) for r in old)
+    out = []
+    for r in new:
+        k = tuple(_enc(r.get(f)) for f in fids)
+        if have[k]:
+            have[k] -= 1
+        else:
+            out.append(r)
+    return out
+
+
 def nested_fields(t: pa.DataType) -> int:
     """How many field ids the fields nested in type ``t`` take."""
     if pa.types.is_struct(t):
@@ -346,6 +361,8 @@ class NamespaceModel(RuleBasedStateMachine):
         # declared indexes verify may find missing (docs/indexes.md): after a build that died between
         # its two commits, and after a rollback (the older table versions lack them), until rebuilt
         self.index_gaps: set[str] = set()
+        # the CHECK constraints declared (docs/constraints.md): name -> (expression, the field ids it names)
+        self.constraints: dict[str, tuple[str, frozenset[int]]] = {}
         self.ns = PartitionedNamespace.create(self.root, self.schema(), {"id": 1, "fields": [PFIELDS["country"][2]]})
         for v in range(1, self.latest() + 1):
             try:
@@ -485,6 +502,15 @@ class NamespaceModel(RuleBasedStateMachine):
         A ``fault`` run sets ``before_manifest_commit:raise`` around the call."""
         self.steps += 1
         _STATS["ops"][what.split(" ")[0].split("(")[0] + (" (fault)" if fault else "")] += 1
+        if self.constraints and new_state is not None and not skipped:
+            broken = self.broken(added_rows(self.state.rows, new_state.rows, self.fids()))
+            if broken:  # the rows it would publish break a constraint: refused, nothing published
+                _STATS["ops"][f"refused by constraint {broken}"] += 1
+                new_state = None
+                if expect or fault:
+                    may = (*may, ConstraintViolationError)
+                else:
+                    expect = (ConstraintViolationError,)
         if os.environ.get("LANCEPART_MODEL_TRACE"):
             print(f"[{self.example}.{self.steps}] v{self.latest()} {what}{' (fault)' if fault else ''} "
                   f"batches={sorted(self.state.batches)}")
@@ -895,6 +921,12 @@ class NamespaceModel(RuleBasedStateMachine):
             return self.ns.update_schema(add=add or None, rename=rename or None, drop=drop or None,
                                          widen=widen or None)
 
+        named = {f for _, fids in self.constraints.values() for f in fids}
+        if any(c.fid in named and (c.name in drop or c.name in rename) for c in self.cols):
+            # a constraint names columns by name: refused until it is dropped (docs/constraints.md)
+            self.run(f"update_schema(rename={rename}, drop={drop}) of a constraint's column", call, None,
+                     expect=(InvalidArgumentError,))
+            return
         if set(drop) & indexed:  # dropping a column with a declared index is refused: drop the index first
             self.run(f"update_schema(drop={drop}) of an indexed column", call, None, expect=(InvalidArgumentError,))
             return
@@ -1018,6 +1050,61 @@ class NamespaceModel(RuleBasedStateMachine):
                           None, expect=(InvalidArgumentError,) if differs and not replace else ())
         if result is not None:
             self.index_gaps.discard(name)
+
+    def broken(self, rows: list[dict]) -> str | None:
+        """The first declared constraint a row of ``rows`` does not make TRUE, else None."""
+        if not rows:
+            return None
+        for name, (expr, _) in sorted(self.constraints.items()):
+            if not all(self.matches(rows, f"coalesce(({expr}), false)")):
+                return name
+        return None
+
+    def constraint_choices(self) -> list[tuple[str, frozenset[int]]]:
+        out = []
+        for c in self.cols:
+            n = qn(c.name)
+            if c.fid == ID:
+                out += [(f"{n} >= 0", frozenset({ID})), (f"{n} % 5 <> 2", frozenset({ID}))]
+            elif c.fid == COUNTRY:
+                out += [(f"{n} IS NULL OR {n} <> 'DE'", frozenset({COUNTRY})),
+                        (f"{n} IS NOT NULL", frozenset({COUNTRY}))]
+            elif c.fid == F:
+                out.append((f"{n} IS NULL OR {n} < 1.0", frozenset({F})))
+            elif c.fid == V:
+                out.append((f"{n} IS NULL OR {n} > 0", frozenset({V})))
+        if self.col(ID) is not None and self.col(V) is not None:
+            out.append((f"{qn(self.name(ID))} > 100 OR {qn(self.name(V))} IS NULL", frozenset({ID, V})))
+        return out
+
+    @rule(data=st.data())
+    def add_constraint(self, data) -> None:
+        """A CHECK constraint (docs/constraints.md): refused when a published row breaks it (the
+        oracle's rows decide), and from then on every operation whose rows break it is refused
+        with nothing published (:meth:`run`)."""
+        choices = self.constraint_choices()
+        if not choices:
+            return
+        name = data.draw(st.sampled_from(["c1", "c2", "c3"]), label="constraint")
+        expr, fids = data.draw(st.sampled_from(choices), label="constraint expression")
+        have = self.constraints.get(name)
+        if have is not None and have[0] != expr:
+            self.run(f"add_constraint {name} {expr!r} over {have[0]!r}", lambda: self.ns.add_constraint(name, expr),
+                     None, expect=(InvalidArgumentError,))
+            return
+        breaking = not all(self.matches(self.state.rows, f"coalesce(({expr}), false)")) if self.state.rows else False
+        result = self.run(f"add_constraint {name} {expr!r}", lambda: self.ns.add_constraint(name, expr), None,
+                          expect=(ConstraintViolationError,) if breaking else ())
+        if result is not None:
+            self.constraints[name] = (expr, fids)
+
+    @rule(data=st.data())
+    def drop_constraint(self, data) -> None:
+        name = data.draw(st.sampled_from(sorted({*self.constraints, "c_none"})), label="constraint")
+        result = self.run(f"drop_constraint {name}", lambda: self.ns.drop_constraint(name), None,
+                          expect=() if name in self.constraints else (InvalidArgumentError,))
+        if result is not None:
+            self.constraints.pop(name, None)
 
     @rule(data=st.data())
     def read_filtered(self, data) -> None:
@@ -1177,6 +1264,21 @@ class NamespaceModel(RuleBasedStateMachine):
         if problems:
             self.fail(f"after step {self.steps}, the published rows differ from the oracle (columns "
                       f"{[c.name for c in self.cols]}):\n  " + "\n  ".join(problems))
+
+    @invariant()
+    def constraints_hold(self) -> None:
+        """The declared constraints are the oracle's, and every published row meets each (the
+        published rows are the oracle's: :meth:`published_rows_are_the_oracle`)."""
+        if not self.constraints and "lancepart.constraint." not in str(lance.dataset(
+                join_uri(self.root, "__manifest")).metadata):
+            return
+        got = PartitionedNamespace.open(self.root).list_constraints()
+        want = {n: e for n, (e, _) in self.constraints.items()}
+        if got != want:
+            self.fail(f"declared constraints {got}, the oracle's {want}")
+        name = self.broken(self.state.rows)
+        if name is not None:
+            self.fail(f"a published row breaks constraint {name!r} ({want[name]})")
 
     @invariant()
     def reads_and_verify(self) -> None:

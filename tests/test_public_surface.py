@@ -223,6 +223,7 @@ def shape(fn) -> str:
 #: every public method of PartitionedNamespace; ``repair`` is the class form, ``repair (handle)``
 #: what ``ns.repair`` takes
 SURFACE = {
+    "add_constraint": "(self, name, sql_expr, *, commit=None, max_retries=None) -> CommitResult",
     "changes": "(self, start_version, end_version=None, filter=None, columns=None) -> pa.RecordBatchReader",
     "cleanup": "(self, older_than=datetime.timedelta(days=7), *, allow_short_retention=False, max_workers=8, "
                "dry_run=False) -> CleanupStats",
@@ -234,6 +235,7 @@ SURFACE = {
                     "max_retries=None, **params) -> CommitResult",
     "delete": "(self, filter, *, commit=None, max_retries=None) -> CommitResult",
     "describe_namespace": "(self, id) -> dict[str, str]",
+    "drop_constraint": "(self, name, *, commit=None, max_retries=None) -> CommitResult",
     "drop_index": "(self, name, *, commit=None, max_retries=None) -> CommitResult",
     "drop_partitions": "(self, filter, *, dry_run=False, commit=None, max_retries=None) -> CommitResult",
     "dynamic_partition_overwrite": "(self, data, *, expectations=None, chunk_rows=1000000, max_rows_per_file=1048576, "
@@ -241,6 +243,7 @@ SURFACE = {
     "evolve": "(self, fields, *, commit=None, max_retries=None) -> EvolveResult",
     "explain": "(self, filter) -> str",
     "history": "(self, *, limit=None) -> list[HistoryEntry]",
+    "list_constraints": "(self) -> dict[str, str]",
     "list_indexes": "(self) -> list[dict[str, Any]]",
     "merge": "(self, data, on, *, when_matched='update', when_not_matched='insert', batch_id=None, commit=None, "
              "max_retries=None) -> CommitResult",
@@ -304,9 +307,9 @@ LPS_SURFACE = {
 }
 
 #: the methods that publish a __manifest commit: each takes commit= and max_retries=, last
-PUBLISHING = ("compact", "create_index", "delete", "drop_index", "drop_partitions", "dynamic_partition_overwrite",
-              "evolve", "merge", "overwrite", "repair", "repair (handle)", "rollback", "update", "update_schema",
-              "update_spec", "write")
+PUBLISHING = ("add_constraint", "compact", "create_index", "delete", "drop_constraint", "drop_index", "drop_partitions",
+              "dynamic_partition_overwrite", "evolve", "merge", "overwrite", "repair", "repair (handle)", "rollback",
+              "update", "update_schema", "update_spec", "write")
 LPS_PUBLISHING = ("compact", "create_index", "delete", "drop_index", "merge", "update", "write")
 #: the options every method that has them takes in this order, after its own options
 SHARED = ("dry_run", "batch_id", "storage_options", "commit", "max_retries")
@@ -525,6 +528,8 @@ OPERATIONS = {
     "update_spec": lambda ns, c: ns.update_spec(BY_YEAR, commit=c),
     "create_index": lambda ns, c: ns.create_index("id", "BTREE", min_rows=0, commit=c),
     "drop_index": lambda ns, c: (ns.create_index("id", "BTREE", min_rows=0), ns.drop_index("id_btree", commit=c)),
+    "add_constraint": lambda ns, c: ns.add_constraint("id_pos", "id > 0", commit=c),
+    "drop_constraint": lambda ns, c: (ns.add_constraint("id_pos", "id > 0"), ns.drop_constraint("id_pos", commit=c)),
 }
 
 

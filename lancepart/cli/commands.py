@@ -23,6 +23,7 @@
     lancepart search ROOT --column C --query Q [--k 10] [--filter SQL] [--text] [--columns A,B] [--metric M]
     lancepart index ROOT create COLUMN INDEX_TYPE [--name N] [--min-rows N] [--param K=V] | drop NAME | list
                                                          (or: index create|drop|list ROOT ...)
+    lancepart constraint ROOT add NAME SQL_EXPR | drop NAME | list
 
 Every command takes ``--json`` (one JSON document on stdout, errors included),
 ``--storage-option KEY=VALUE`` (repeatable; merged over the JSON object in
@@ -483,22 +484,26 @@ _INDEX_USAGE = ("index ROOT create COLUMN INDEX_TYPE [--name N] [--min-rows N] [
 
 
 def _index_positionals(args: argparse.Namespace) -> None:
+    _action_positionals(args, "index", _INDEX_ARGS, _INDEX_USAGE)
+
+
+def _action_positionals(args: argparse.Namespace, command: str, actions: Mapping[str, int], usage: str) -> None:
     """ROOT, the action and its arguments in either order (``index ROOT list`` or ``index list
     ROOT``), into ``args.root``, ``args.action`` and ``args.target``."""
-    if args.action in _INDEX_ARGS:  # index [ROOT] ACTION ARG...
-        if len(args.target) != _INDEX_ARGS[args.action]:
-            raise UsageError(_INDEX_USAGE)
+    if args.action in actions:  # index [ROOT] ACTION ARG...
+        if len(args.target) != actions[args.action]:
+            raise UsageError(usage)
         return
-    if args.root not in _INDEX_ARGS:
-        raise UsageError(f"unknown index action {args.action!r}: {_INDEX_USAGE}")
+    if args.root not in actions:
+        raise UsageError(f"unknown {command} action {args.action!r}: {usage}")
     action, rest = args.root, [args.action, *args.target]  # index ACTION ROOT ARG...
-    want = _INDEX_ARGS[action]
+    want = actions[action]
     if len(rest) == want + 1:
         args.root, args.target = rest[0], rest[1:]
     elif len(rest) == want and args.config:  # index --config FILE ACTION ARG...
         args.root, args.target = None, rest
     else:
-        raise UsageError(_INDEX_USAGE)
+        raise UsageError(usage)
     args.action = action
 
 
@@ -538,6 +543,38 @@ def _cmd_index(args: argparse.Namespace) -> Any:
         print(f"{below['tables']} of {result.details['tables']} partition tables have fewer than --min-rows "
               f"{below['min_rows']} rows and stay unindexed ({what}); pass --min-rows 0 (with --replace) to index "
               f"every table")
+    return None
+
+
+_CONSTRAINT_ARGS = {"add": 2, "drop": 1, "list": 0}
+_CONSTRAINT_USAGE = ("constraint ROOT add NAME SQL_EXPR | constraint ROOT drop NAME | constraint ROOT list "
+                     "(or the action first: constraint add ROOT NAME SQL_EXPR, ...)")
+
+
+def _cmd_constraint(args: argparse.Namespace) -> Any:
+    _action_positionals(args, "constraint", _CONSTRAINT_ARGS, _CONSTRAINT_USAGE)
+    ns = _open(args)
+    if args.action == "list":
+        out = ns.list_constraints()
+        if args.json:
+            return out
+        for name, expr in out.items():
+            print(f"{name}: CHECK ({expr})")
+        if not out:
+            print(f"{ns.root}: no constraint declared")
+        return None
+    _Progress(args.quiet)(f"{args.action} constraint on {ns.root}: {' '.join(args.target)}")
+    if args.action == "add":
+        result = ns.add_constraint(args.target[0], args.target[1], commit=_commit(args), max_retries=args.max_retries)
+    else:
+        result = ns.drop_constraint(args.target[0], commit=_commit(args), max_retries=args.max_retries)
+    if args.json:
+        return {"root": ns.root, **result.to_dict()}
+    if args.action == "add":
+        print(f"constraint {args.target[0]} added: {result.details['rows_checked']} published rows in "
+              f"{result.details['tables']} partition tables meet it; manifest version {result.manifest_version}")
+    else:
+        print(f"constraint {args.target[0]} dropped; manifest version {result.manifest_version}")
     return None
 
 
@@ -853,13 +890,27 @@ def _parser_index(add: _Add) -> None:
     _max_retries(ix)
 
 
+def _parser_constraint(add: _Add) -> None:
+    co = add("constraint", "add, drop or list the CHECK constraints every write is checked against", _cmd_constraint,
+             usage="%(prog)s ROOT {add,drop,list} [ARG ...] [options]\n"
+                   "       %(prog)s {add,drop,list} ROOT [ARG ...] [options]",
+             description="add NAME SQL_EXPR: declare a constraint every row must make TRUE (FALSE and NULL break "
+                         "it), after checking the published rows (rows that break it are named and nothing is "
+                         "added); from then on every write, merge, update, replace-where, rollback and Spark job "
+                         "is checked before it publishes. drop NAME: remove it. list: name and expression of each.")
+    co.add_argument("action", metavar="{add,drop,list}",
+                    help="what to do; before or after ROOT (constraint ROOT list, constraint list ROOT)")
+    co.add_argument("target", nargs="*", metavar="ARG", help="add: NAME SQL_EXPR; drop: NAME")
+    _max_retries(co)
+
+
 # the subcommands, in the order `lancepart --help` lists them
 _PARSERS = (
     _parser_create, _parser_describe, _parser_partitions, _parser_history, _parser_changes, _parser_rollback,
     _parser_explain, _parser_ingest, _parser_overwrite, _parser_compact, _parser_cleanup, _parser_evolve,
     _parser_migrate, _parser_repair, _parser_verify, _parser_drop_partitions, _parser_delete, _parser_update,
     _parser_merge,
-    _parser_alter, _parser_search, _parser_index,
+    _parser_alter, _parser_search, _parser_index, _parser_constraint,
 )
 
 

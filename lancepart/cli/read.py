@@ -38,6 +38,8 @@ def _print_describe(ns: PartitionedNamespace, out: dict[str, Any], with_tables: 
             for f in spec.fields)
         print(f"spec v{spec_id}{' (current)' if spec_id == out['current_spec'] else ''}: {fields}")
     print("schema: " + ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in ns.schema))
+    for name, expr in out["constraints"].items():
+        print(f"constraint {name}: CHECK ({expr})")
     print(f"partitions: {out['partitions']}")
     if "bytes" in out:
         print(f"rows: {out['rows']}")

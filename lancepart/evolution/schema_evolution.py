@@ -40,6 +40,7 @@ from lancepart.errors import (
     InvalidArgumentError,
     SchemaMismatchError,
 )
+from lancepart.model.constraints import check_still_valid
 from lancepart.model.spec import (
     FIELD_ID_KEY_BYTES,
     _walk,
@@ -240,6 +241,7 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
         current = schema_from_json(md[SCHEMA_KEY])
         new, top = apply_change(current, md, add, rename, drop, widen)
         _check_specs(new, md)
+        check_still_valid(md, new, "update_schema")
         updates = {SCHEMA_KEY: json.dumps(schema_to_json(new), separators=(",", ":")),
                    MAX_FIELD_ID_KEY: str(top), **_index_declarations(md, rename, drop)}
         if LEGACY_FIELD_IDS_KEY not in md:

@@ -87,7 +87,8 @@ class _Drop(CommitProducer):
 
     def __init__(self, manifest: Any, filter: str, schema: pa.Schema, specs: Any, *, dry_run: bool,
                  max_retries: int, properties: Mapping[str, str] | None = None) -> None:
-        super().__init__(manifest, what="drop_partitions", max_retries=max_retries, properties=properties)
+        super().__init__(manifest, what="drop_partitions", max_retries=max_retries, properties=properties,
+                         check_constraints=False)
         self.filter, self.schema, self.specs, self.dry_run = filter, schema, specs, dry_run
         self.info: dict[str, Any] = {"dropped": [], "namespaces_removed": 0}
 

@@ -130,6 +130,7 @@ def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: 
         return [Made(oid, base, version) for oid, base, version in apply_tables(snapshot_version, todo)]
 
     pub = publish_changes(manifest, plan, what=what, check=still_wanted, max_retries=max_retries,
+                          check_constraints=False,
                           run=run if apply_tables is not None else None, leave_out_unreadable=leave_out_unreadable,
                           properties=properties)
     changed = {oid: m.version for oid, m in pub.made.items()}

@@ -177,6 +177,21 @@ class _TableReader:
     def fragments(self) -> dict[tuple[int, str], Any]:
         return {} if self.ds is None else {_key(f): f for f in self.ds.get_fragments()}
 
+    def take(self, frag: Any, addresses: pa.Array) -> pa.Table:
+        """The rows of ``frag`` at row ``addresses`` (live in this version): a take of those rows
+        only, or a scan of the fragment when the table's row ids are not its addresses."""
+        if self.ds is None or self.ds.has_stable_row_ids or not self.read_schema.names:
+            return self.read([frag], only=addresses)
+        from lancepart.evolution.schema_evolution import conform
+        from lancepart.storage.error_mapping import storage_errors
+
+        cols = self.read_schema.names if self.mapping is None else [c for c in self.mapping.values() if c is not None]
+        with storage_errors(self.uri, table=self.info.object_id, reading=True):
+            t = self.ds._take_rows(addresses, columns=cols)
+        if self.mapping is not None:
+            return conform(t, self.mapping, self.read_schema)
+        return t.select(self.read_schema.names).cast(self.read_schema)
+
     def read(self, frags: Sequence[Any] | None = None, *, only: pa.Array | None = None,
              without: pa.Array | None = None) -> pa.Table:
         """The live rows of ``frags`` (all when None); with ``only``, those at these row
@@ -223,14 +238,17 @@ def _table_changes(old: _TableReader | None, new: _TableReader | None, *, forwar
     for k in was.keys() & now.keys():
         if _deletion(was[k]) == _deletion(now[k]):
             continue
+        # the live row addresses of both versions (Lance reads the deletion files, no column), then
+        # only the rows that changed are taken: a delete of a few rows reads those rows, not the fragment
         after = _live_addresses(new.ds, now[k])
-        # rows alive before and deleted now: one scan of the old fragment against the new live set
-        yield "delete", old.read([was[k]], without=after)
+        before = _live_addresses(old.ds, was[k])
+        gone = pc.filter(before, pc.invert(pc.is_in(before, value_set=after)))
+        if len(gone):
+            yield "delete", old.take(was[k], gone)
         if not forward or _deleted_rows(now[k]) < _deleted_rows(was[k]):
-            before = _live_addresses(old.ds, was[k])
             back = pc.filter(after, pc.invert(pc.is_in(after, value_set=before)))
             if len(back):
-                yield "insert", new.read([now[k]], only=back)
+                yield "insert", new.take(now[k], back)
     for k in now:
         if k not in was:
             yield "insert", new.read([now[k]])

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from lancepart.arguments import CommitOptions, commit_settings
 from lancepart.deprecation import keyword_only
 from lancepart.evolution.schema_evolution import with_legacy_ids
+from lancepart.model.constraints import constraints_json
 from lancepart.model.spec import schema_to_json
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
@@ -206,14 +207,15 @@ class _SparkMerge:
         update, insert, manifest, spec = self.update, self.insert, self.manifest, self.spec
         if not (update and ev.matched.num_rows) and not (insert and ev.matched.num_rows < self.plan.keys.num_rows):
             return [], 0
+        checked = constraints_json(snap.metadata)  # the tasks check the rows they write against these
         with spark_action(self.spark, manifest.storage_options) as shipped:
             task = _write_task(manifest.root, spec.to_json_string(), self.schema.serialize().to_pybytes(),
                                existing_tables(snap, spec.namespace), uuid.uuid4().hex, shipped, self.flush_rows,
-                               self.max_rows_per_file)
+                               self.max_rows_per_file, constraints=checked, what="lps.merge")
             rows = self.df.mapInArrow(_merge_write_task(_ipc(ev.matched), self.on, update, insert, task),
                                       FRAGMENT_ROW_SCHEMA).collect()
         self.phases["spark_jobs"] += 1
-        writes = list(table_writes(rows).values())
+        writes = list(table_writes(rows, checked).values())
         create_tables(manifest.root, self.schema, writes, manifest.storage_options)
         return writes, 0
 

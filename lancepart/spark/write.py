@@ -38,6 +38,7 @@ from lancepart.arguments import CommitOptions, commit_settings
 from lancepart.deprecation import keyword_only
 from lancepart.errors import InvalidArgumentError
 from lancepart.evolution.file_format import data_storage_version
+from lancepart.model.constraints import constraints_json
 from lancepart.model.ids import check_location
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
@@ -90,16 +91,19 @@ def _ipc(table: pa.Table) -> bytes:
 
 def _write_task(root: str, spec_json: str, schema_bytes: bytes, existing: Mapping[str, str], job_id: str,
                 storage_options: Mapping[str, str] | None, flush_rows: int, max_rows_per_file: int,
-                write_threads: int = 8, data_storage_version: str | None = None):
+                write_threads: int = 8, data_storage_version: str | None = None, constraints: str = "{}",
+                what: str = "lps.write"):
     """The executor function: Arrow batches in, one row per written partition group out. The
     partition groups of a flush are written ``write_threads`` at a time (Lance writes without
     the GIL; on an object store each group is a few round trips), all on the process's one
     Lance session. New tables get the file format version ``data_storage_version`` (None: the
-    namespace's, read when the task first writes a new table; docs/file-format.md)."""
+    namespace's, read when the task first writes a new table; docs/file-format.md). Each flush's
+    rows are checked against ``constraints`` (the CHECK constraints of the snapshot the job
+    planned on, as JSON) before they are written."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         writer = _TaskWriter(root, spec_json, schema_bytes, existing, job_id, storage_options, max_rows_per_file,
-                             write_threads, data_storage_version)
+                             write_threads, data_storage_version, json.loads(constraints), what)
         pending: list[pa.RecordBatch] = []
         size = 0
         for batch in batches:
@@ -128,7 +132,8 @@ class _TaskWriter:
 
     def __init__(self, root: str, spec_json: str, schema_bytes: bytes, existing: Mapping[str, str], job_id: str,
                  storage_options: Mapping[str, str] | None, max_rows_per_file: int, write_threads: int,
-                 data_storage_version: str | None) -> None:
+                 data_storage_version: str | None, constraints: Mapping[str, str] | None = None,
+                 what: str = "lps.write") -> None:
         from lancepart.model.spec import PartitionSpec
         from lancepart.storage.manifest import Manifest
 
@@ -140,6 +145,7 @@ class _TaskWriter:
         self.so = options_value(storage_options)
         self.manifest = Manifest(root, self.so)
         self._new_table_version: Any = _UNREAD
+        self.constraints, self.what = dict(constraints or {}), what
         self._lock = threading.Lock()
 
     def new_table_version(self) -> str:
@@ -157,6 +163,10 @@ class _TaskWriter:
         from lancepart.write.plan import conform, group_rows, partition_values
 
         table = conform(pa.Table.from_batches(pending), self.schema)
+        if self.constraints:
+            from lancepart.write.constraints import check_rows
+
+            check_rows(table, self.constraints, self.what)
         groups = group_rows(partition_values(table, self.spec, self.schema), self.spec.id)
         items = [(oid, rows, groups.keys.slice(i, 1))
                  for i, (oid, rows) in enumerate(zip(groups.table_object_ids, groups.rows(table), strict=True))]
@@ -264,12 +274,15 @@ def write(
     if expectations:
         _quality_gate(df, expectations, cached, phases)
     existing = existing_tables(snap, spec.namespace)
+    checked = constraints_json(snap.metadata)  # the tasks check their rows against these
     t = time.monotonic()
     rows = _run_tasks(df, manifest, spec, schema, existing, cached, flush_rows=flush_rows,
-                      max_rows_per_file=max_rows_per_file, write_threads=write_threads, file_version=file_version)
+                      max_rows_per_file=max_rows_per_file, write_threads=write_threads, file_version=file_version,
+                      constraints=checked)
     phases["write_s"] = round(time.monotonic() - t, 3)
     return publish_fragments(manifest, spec, schema, rows, mode=mode, batch_id=batch_id, max_retries=retries,
-                             started=started, phases=phases, index_on_write=index_on_write, properties=props)
+                             started=started, phases=phases, index_on_write=index_on_write, properties=props,
+                             checked=checked)
 
 
 def _check_options(mode: str, batch_id: str | None, write_threads: int) -> None:
@@ -301,22 +314,23 @@ def _quality_gate(df, expectations: list[dict[str, Any]], cached: bool, phases: 
 
 
 def _run_tasks(df, manifest, spec, schema: pa.Schema, existing: Mapping[str, str], cached: bool, *, flush_rows: int,
-               max_rows_per_file: int, write_threads: int, file_version: str | None) -> list:
+               max_rows_per_file: int, write_threads: int, file_version: str | None, constraints: str = "{}") -> list:
     """Run :func:`_write_task` over ``df`` under a new job id; the rows the tasks returned. ``df``
     is unpersisted at the end if this write cached it."""
     job_id = uuid.uuid4().hex
     so = manifest.storage_options
     with spark_action(df.sparkSession, so) as shipped, _released(df, cached):
         task = _write_task(manifest.root, spec.to_json_string(), schema.serialize().to_pybytes(), existing, job_id,
-                           shipped, flush_rows, max_rows_per_file, write_threads, file_version)
+                           shipped, flush_rows, max_rows_per_file, write_threads, file_version, constraints)
         return df.mapInArrow(task, FRAGMENT_ROW_SCHEMA).collect()
 
 
-def table_writes(rows) -> dict[str, TableChange]:
-    """One :class:`TableChange` per partition table from the rows :func:`_write_task` returned."""
+def table_writes(rows, checked: str | None = None) -> dict[str, TableChange]:
+    """One :class:`TableChange` per partition table from the rows :func:`_write_task` returned;
+    ``checked``: the constraints the tasks checked the rows against (TableChange.checked)."""
     writes: dict[str, TableChange] = {}
     for r in rows:
-        w = writes.setdefault(r["object_id"], TableChange(r["object_id"], r["location"]))
+        w = writes.setdefault(r["object_id"], TableChange(r["object_id"], r["location"], checked=checked))
         w.fragments.extend(fragments_from_json(json.loads(r["fragments"])))
         w.rows += r["num_rows"]
         if r["keys"] is not None and w.keys is None:  # a new partition: its values, to add its rows
@@ -326,13 +340,14 @@ def table_writes(rows) -> dict[str, TableChange]:
 
 def publish_fragments(manifest, spec, schema: pa.Schema, rows, *, mode: str, batch_id: str | None,
                       max_retries: int, started: float, phases: dict[str, Any],
-                      index_on_write: bool = True, properties: Mapping[str, str] | None = None) -> CommitResult:
+                      index_on_write: bool = True, properties: Mapping[str, str] | None = None,
+                      checked: str | None = None) -> CommitResult:
     """The driver's part after the tasks: ``rows`` are what :func:`_write_task` returned (Spark
     rows or dicts with the same keys); create the new partitions' tables, publish everything in
     one ``__manifest`` commit and log the result. Shared by :func:`write` and the ``lancepart``
     data source (:mod:`lancepart.spark.datasource`)."""
     faults.checkpoint("after_fragments")
-    writes = table_writes(rows)
+    writes = table_writes(rows, checked)
     t = time.monotonic()
     # each new partition's table is created with every task's fragments, and published (or, if
     # another writer published the partition first, its rows moved there) by the publish below

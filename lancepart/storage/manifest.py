@@ -192,16 +192,19 @@ class ManifestChanges:
     """What one commit changes in ``__manifest``: rows to add or replace (matched by
     ``object_id``) and object ids to remove; or root properties to set (None removes one); or
     new all-NULL columns (a partition spec's ``partition_field_*``). One kind per commit: Lance
-    commits rows, table metadata and schema with different operations."""
+    commits rows, table metadata and schema with different operations. ``touch``: a row commit
+    that changes no row, which every row commit built on an older snapshot conflicts with (a
+    constraint's seal, lancepart.write.constraints)."""
 
     upserts: pa.Table | None = None
     deletes: tuple[str, ...] = ()
     metadata: Mapping[str, str | None] | None = None
     columns: tuple[pa.Field, ...] = ()
+    touch: bool = False  # a row commit even when no row changes: a conflict point for older snapshots
 
     @property
     def rows_change(self) -> bool:
-        return self.upserts is not None or bool(self.deletes)
+        return self.upserts is not None or bool(self.deletes) or self.touch
 
     def object_ids(self) -> list[str]:
         ids = self.upserts.column("object_id").to_pylist() if self.upserts is not None else []

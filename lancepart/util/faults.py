@@ -32,6 +32,7 @@ STEPS = (
 OTHER_STEPS = (
     "before_schema_commit",  # update_schema: the new schema computed, its __manifest commit not yet made
     "before_change_task",  # the change feed: a task planned, its partition tables not opened yet
+    "before_constraint_seal",  # add_constraint: declared, its seal commit not yet made
 )
 WAIT_LIMIT = 120.0
 _counts: dict[str, int] = {}

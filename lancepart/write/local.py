@@ -20,10 +20,13 @@ import pyarrow as pa
 from lancepart.errors import InvalidArgumentError, SchemaChangedError
 from lancepart.evolution.file_format import data_storage_version
 from lancepart.model import ids as _ids
+from lancepart.model.constraints import constraints as declared
+from lancepart.model.constraints import constraints_json
 from lancepart.results import CommitResult
 from lancepart.storage.error_mapping import storage_errors
 from lancepart.util import faults
 from lancepart.util.parallel import map_threads
+from lancepart.write import constraints as _constraints
 from lancepart.write.batches import check_batch_id
 from lancepart.write.create import NewTables, create_table_with, create_tables, write_new_fragments
 from lancepart.write.plan import Groups, check_schema, conform, group_rows, partition_values
@@ -99,7 +102,8 @@ def _write_local(
     1. check the arguments and the input's schema, before any byte is written;
     2. a ``batch_id`` already published returns that commit's result;
     3. check the expectations (a table in memory only);
-    4. per chunk: plan the rows into partitions, reserve the partitions not seen yet, write
+    4. per chunk: check the rows against the namespace's constraints
+       (:mod:`lancepart.write.constraints`), plan the rows into partitions, reserve the partitions not seen yet, write
        each partition's rows as fragments (:class:`_LocalWrite`);
     5. create the tables of new partitions and publish everything in one commit.
     """
@@ -110,7 +114,8 @@ def _write_local(
     if batch_id is not None and (done := already_published(manifest, manifest.snapshot(), batch_id, started)):
         return done
     op = _LocalWrite(manifest, spec, schema, one_pass=isinstance(data, pa.Table),
-                     max_rows_per_file=max_rows_per_file, max_retries=max_retries)
+                     max_rows_per_file=max_rows_per_file, max_retries=max_retries,
+                     constraints=ns.snapshot().metadata)
     if expectations:
         op.check_expectations(data, expectations)
     # a table in memory already: one pass, so each partition gets one fragment (per
@@ -139,8 +144,12 @@ class _LocalWrite:
     the partitions it created, the retries it took and the seconds of each phase."""
 
     def __init__(self, manifest: Manifest, spec: PartitionSpec, schema: pa.Schema, *, one_pass: bool,
-                 max_rows_per_file: int, max_retries: int) -> None:
+                 max_rows_per_file: int, max_retries: int, constraints: Mapping[str, str] | None = None) -> None:
         self.manifest, self.spec, self.schema = manifest, spec, schema
+        # the constraints of the handle's snapshot: each chunk is checked before it is written,
+        # and the publish reads nothing back while its snapshot declares the same ones
+        self.constraints = declared(constraints or {})
+        self.checked = constraints_json(constraints or {})
         self.so = self.manifest.storage_options
         self.one_pass = one_pass
         self.max_rows_per_file = max_rows_per_file
@@ -171,13 +180,17 @@ class _LocalWrite:
         # reading the input (a RecordBatchReader may compute it): the loop's time outside the phases
         loop_s = time.monotonic() - loop_started
         self.phases["read_s"] = max(0.0, loop_s - sum(self.phases.get(k, 0.0)
-                                                      for k in ("plan_s", "reserve_s", "write_s")))
+                                                      for k in ("plan_s", "constraints_s", "reserve_s", "write_s")))
 
     def write_chunk(self, chunk: pa.Table) -> None:
         """Plan, reserve and write one chunk's rows."""
         self.n_chunks += 1
         with self._phase("plan_s"):
             table = conform(chunk, self.schema)
+        if self.constraints:
+            with self._phase("constraints_s"):
+                _constraints.check_rows(table, self.constraints, "write")
+        with self._phase("plan_s"):
             groups = group_rows(partition_values(table, self.spec, self.schema), self.spec.id)
         faults.checkpoint("after_plan")
         if not groups.indices:
@@ -206,9 +219,10 @@ class _LocalWrite:
         self.created += res.created
         self.retries += res.retries
         for i, ref in zip(unseen, res.tables, strict=True):
-            self.writes[oids[i]] = (TableChange(oids[i], _ids.table_location(oids[i]), keys=groups.keys.slice(i, 1))
+            self.writes[oids[i]] = (TableChange(oids[i], _ids.table_location(oids[i]), keys=groups.keys.slice(i, 1),
+                                                checked=self.checked)
                                     if ref is None else TableChange(ref.object_id, ref.location,
-                                                                   published=ref.read_version))
+                                                                   published=ref.read_version, checked=self.checked))
         # existing tables in an older form of the schema: brought up to date in one commit
         # (after a schema change; nothing is opened before one)
         upgraded = upgrade_tables(self.manifest, [(ref.object_id, ref.location) for ref in res.tables

@@ -61,6 +61,8 @@ from lancepart.errors import (
 from lancepart.evolution.file_format import data_storage_version
 from lancepart.model import ids as _ids
 from lancepart.model import transforms
+from lancepart.model.constraints import constraints as declared
+from lancepart.model.constraints import constraints_json
 from lancepart.model.ids import check_location
 from lancepart.model.keys import comparable_keys as comparable_keys  # re-exported
 from lancepart.model.keys import key_values as key_values  # re-exported
@@ -83,10 +85,11 @@ from lancepart.storage.table_commit import _ident, check_fields, commit_exactly
 from lancepart.util import faults
 from lancepart.util.parallel import map_threads
 from lancepart.write import batches
+from lancepart.write.constraints import check_rows
 from lancepart.write.create import NewTables, create_table_with
 from lancepart.write.guard import commit_on_published
 from lancepart.write.plan import check_schema, conform, group_rows, partition_values
-from lancepart.write.publish import CommitProducer, Made, TableChange, already_published
+from lancepart.write.publish import ADDS_NO_ROWS, CommitProducer, Made, TableChange, already_published
 from lancepart.write.reserve import remove_table_dir, reserve_partitions
 from lancepart.write.upgrade import append_fragments
 
@@ -233,20 +236,27 @@ def _check_main(candidates: Candidates, what: str) -> None:
 
 
 def write_rows(manifest: Manifest, ns_spec: Any, schema: pa.Schema, rows: pa.Table, max_rows_per_file: int,
-               max_retries: int) -> tuple[list[TableChange], int]:
+               max_retries: int, metadata: Mapping[str, str] | None = None, what: str = "write"
+               ) -> tuple[list[TableChange], int]:
     """``rows`` written as fragments into their partitions, as :mod:`lancepart.write.local`
     writes a table in one pass: into the partition's table, or a new table created with them
-    (published by :class:`NewTables`); ``(writes, reservation retries)``."""
+    (published by :class:`NewTables`); ``(writes, reservation retries)``. The rows are checked
+    first against the CHECK constraints of ``metadata`` (the root properties of the snapshot
+    the change was evaluated on), before anything is reserved or written."""
     if not rows.num_rows:
         return [], 0
+    cons = declared(metadata or {})
+    if cons:
+        check_rows(rows, cons, what)
+    checked = constraints_json(metadata or {})
     so = manifest.storage_options
     groups = group_rows(partition_values(rows, ns_spec, schema), ns_spec.id)
     oids = groups.table_object_ids
     res = reserve_partitions(manifest, ns_spec, list(groups.key_arrays), schema, max_retries=max_retries,
                              create_missing=False)
     file_version = data_storage_version(res.snapshot.metadata)  # of the tables this merge creates
-    writes = [TableChange(oid, _ids.table_location(oid), keys=groups.keys.slice(i, 1)) if ref is None
-              else TableChange(ref.object_id, ref.location, published=ref.read_version)
+    writes = [TableChange(oid, _ids.table_location(oid), keys=groups.keys.slice(i, 1), checked=checked) if ref is None
+              else TableChange(ref.object_id, ref.location, published=ref.read_version, checked=checked)
               for i, (oid, ref) in enumerate(zip(oids, res.tables, strict=True))]
 
     def one(item: tuple[TableChange, pa.Table]) -> list[FragmentMetadata]:
@@ -295,7 +305,7 @@ class ChangeProducer(CommitProducer):
         self.ns, self.evaluate, self.candidates = ns, evaluate, candidates
         self.extra_properties = dict(properties or {})
         self.write = write if write is not None else (lambda ev, snap: write_rows(
-            ns.manifest, ns.current_spec, ns.schema, ev.rows, max_rows_per_file, max_retries))
+            ns.manifest, ns.current_spec, ns.schema, ev.rows, max_rows_per_file, max_retries, snap.metadata, what))
         self.fixed_writes = fixed_writes
         self.ev: Evaluation | None = None
         self.writes: list[TableChange] = []
@@ -373,8 +383,9 @@ class ChangeProducer(CommitProducer):
             return commit_change(join_uri(manifest.root, location), published, d.updated if d else [],
                                  d.removed if d else [], w.fragments if w else [], manifest.storage_options)
 
+        # the rows the table gains are w's fragments (checked when written); deletions gain none
         return TableChange(oid, w.location if w else None, list(w.fragments) if w else [], w.rows if w else 0,
-                           commit=commit)
+                           commit=commit, checked=w.checked if w else ADDS_NO_ROWS)
 
     def discard(self) -> None:
         """Forget the evaluation; remove the tables it created (referenced by nothing), and the

@@ -40,6 +40,8 @@ from lancepart.errors import (
 )
 from lancepart.evolution.schema_evolution import columns_of
 from lancepart.index import IndexDeclaration, Maintain, PreparedCache, apply_on_exact, declarations
+from lancepart.model.constraints import constraints as declared
+from lancepart.model.constraints import constraints_json
 from lancepart.model.ids import check_location
 from lancepart.results import CommitResult
 from lancepart.storage.error_mapping import table_failure
@@ -57,7 +59,7 @@ from lancepart.storage.manifest import (
 from lancepart.storage.table_commit import commit_table
 from lancepart.util import faults
 from lancepart.util.parallel import map_threads
-from lancepart.write import batches
+from lancepart.write import batches, constraints
 from lancepart.write.guard import check_files_present, commit_on_published
 from lancepart.write.reserve import remove_table_dir
 
@@ -65,6 +67,9 @@ log = logging.getLogger("lancepart.write")
 
 
 # ---------------------------------------------------------------------------------- the protocol
+ADDS_NO_ROWS = "*"  # TableChange.checked of a change that gains no row (deletions only)
+
+
 @dataclass
 class TableChange:
     """One partition table's part of an operation, handed to the :class:`CommitProducer`.
@@ -90,6 +95,10 @@ class TableChange:
     commit: Callable[[int | None, str], int | Made | None] | None = None
     overwrite: bool = False
     removed: list[FragmentMetadata] = field(default_factory=list)
+    # the constraints (constraints_json) the rows the table gains (``fragments``; what ``commit``
+    # adds is exactly them) were checked against when written: the publish does not read them
+    # back while the snapshot declares the same ones; ADDS_NO_ROWS: the change only removes rows
+    checked: str | None = None
 
 
 
@@ -184,6 +193,9 @@ class CommitProducer:
        ``leave_out_unreadable`` a table whose published version is gone or cannot be read is left
        out (a failure naming it), not the operation's end;
     8. :meth:`check_files` -- every version and data file about to be published is present;
+       :meth:`check_constraints` -- the rows the tables gained meet the CHECK constraints declared
+       on this snapshot (:mod:`lancepart.write.constraints`; operations that add no row, such as
+       compaction and index builds, pass ``check_constraints=False``);
     9. :meth:`manifest_changes` -- the one place ``read_version`` is written: the changed tables'
        rows with their new versions, plus the rows of step 5.
 
@@ -212,6 +224,7 @@ class CommitProducer:
         check: Callable[[ManifestSnapshot], None] | None = None,
         leave_out_unreadable: bool = False,
         max_retries: int = 20,
+        check_constraints: bool = True,
     ) -> None:
         if batch_id is not None:
             batches.check_batch_id(batch_id)
@@ -230,6 +243,8 @@ class CommitProducer:
         self.commit_tables_s = 0.0
         self.attempts = 0
         self.rows_changed = False
+        self.constraints = check_constraints
+        self.constraints_checked: set[tuple[Any, ...]] = set()  # (table, base, version, constraints) over attempts
         self.forget()
 
     # ------------------------------------------------------------------------------ hooks
@@ -344,6 +359,24 @@ class CommitProducer:
                                                   self.by_oid[m.object_id].fragments) for m in changed],
                             self.manifest.storage_options, versions=self.attempts > 1)
 
+    def check_constraints(self, snap: ManifestSnapshot, changed: Sequence[Made], location: Mapping[str, str],
+                          rows: ManifestChanges | None) -> None:
+        """The rows each changed table gained (and every row of a table row the operation adds)
+        checked against the constraints declared on ``snap``; on a rebase only what was not
+        checked against the same constraints yet."""
+        if not self.constraints or not declared(snap.metadata):
+            return
+        todo = [constraints.TableRows(m.object_id, location[m.object_id], m.published, m.version) for m in changed]
+        if rows is not None and rows.upserts is not None and rows.upserts.num_rows:
+            todo += [constraints.TableRows(r["object_id"], r["location"], None, r["read_version"])
+                     for r in rows.upserts.select(["object_id", "object_type", "location", "read_version"]).to_pylist()
+                     if r["object_type"] == "table" and r["read_version"] is not None]
+        key = constraints_json(snap.metadata)
+        todo = [t for t in todo if (t, key) not in self.constraints_checked
+                and not (t.object_id in self.by_oid and self.by_oid[t.object_id].checked in (key, ADDS_NO_ROWS))]
+        constraints.check_tables(self.manifest, snap.metadata, todo, self.what)
+        self.constraints_checked.update((t, key) for t in todo)
+
     def manifest_changes(self, snap: ManifestSnapshot, changed: Sequence[Made],
                          rows: ManifestChanges | None) -> ManifestChanges:
         """The one writer of ``read_version``: each changed table's row with the version made
@@ -382,6 +415,7 @@ class CommitProducer:
         faults.checkpoint("after_table_commits")
         changed = [self.done[o] for o in existing if o not in self.left_out and self.done[o].changed]
         self.check_files(changed, location)
+        self.check_constraints(snap, changed, location, rows)
         self.commit_tables_s += time.monotonic() - t
         if not changed and rows is None and self.batch_id is None:
             return None, []
