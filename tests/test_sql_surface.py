@@ -182,3 +182,34 @@ def test_row_value_in_answers_as_datafusion(written):
     predicate = scan_predicate(probe.sql(queries[2]).optimized_logical_plan(), "t")
     assert predicate is not None and "event_date" in predicate and "struct" not in predicate.lower(), predicate
     assert len(ns.partitions(predicate)) < len(ns.partitions())
+
+
+def test_a_zoned_timestamp_literal_prunes_as_the_instant_it_names(tmp_path):
+    """DataFusion's unparser renders a literal of a zoned timestamp column as ``CAST('...+05:30'
+    AS TIMESTAMP)``, which DataFusion reads back as another instant: pruning with it dropped the
+    partition holding the matching row. The predicate handed to pruning names the literal's own
+    instant (or is not used), so the answer is DataFusion's over every row and pruning still
+    happens."""
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("at", pa.timestamp("us", tz="+05:30"))])
+    spec = {"id": 1, "fields": [{"field_id": "at_hour", "source_ids": [1], "transform": {"type": "hour"},
+                                 "result_type": {"type": "int32"}}]}
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, spec)
+    local = ["2025-01-02T10:00:00+05:30", "2025-01-02T12:00:00+05:30", "2025-01-02T14:00:00+05:30",
+             "2025-01-03T12:00:00+05:30"]
+    data = pa.table({"id": pa.array(range(4), pa.int64()),
+                     "at": pc.cast(pc.strptime(local, "%Y-%m-%dT%H:%M:%S%z", "us"), schema.field("at").type)})
+    ns.write(data)
+    assert len(ns.partitions()) == 3
+    for where in ["at = '2025-01-02T12:00:00+05:30'",
+                  "at IN ('2025-01-02T06:30:00+00:00', '2025-01-02T08:30:00+00:00', '2025-01-03T06:30:00Z', "
+                  "'2025-01-09T06:30:00Z')",
+                  "at BETWEEN '2025-01-02T11:00:00+05:30' AND '2025-01-02T13:00:00+05:30'"]:
+        query = f"SELECT id FROM t WHERE {where}"
+        expected = oracle(data, query)
+        assert expected, where
+        assert rows(ns.sql(query).to_arrow_table()) == expected, where
+        probe = datafusion.SessionContext()
+        probe.register_record_batches("t", [[pa.RecordBatch.from_pylist([], schema=ns.schema)]])
+        predicate = scan_predicate(probe.sql(query).optimized_logical_plan(), "t")
+        assert predicate is not None and "AS TIMESTAMP" not in predicate, predicate
+        assert len(ns.partitions(predicate)) < len(ns.partitions()), predicate

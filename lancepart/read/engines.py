@@ -150,27 +150,57 @@ def _conjuncts(expr: Any) -> list[Any]:
     return [expr]
 
 
+# The unparser renders a timestamp literal of a zoned column (TimestampMicrosecond(v, "+05:30"))
+# as CAST('2025-01-02T13:30:00+05:30' AS TIMESTAMP): DataFusion reads that back as the naive
+# wall time of that instant in UTC, then as a time of the column's zone, another instant. The
+# bare string is coerced to the column's type as the instant it names.
+_ZONED_CAST = re.compile(r"CAST\('(\d{4}-\d{2}-\d{2}T[0-9:.]+[+-]\d{2}:\d{2})' AS TIMESTAMP\)")
+
+
+def _rendered(scan: Any, expr: Any, where: str | None) -> str | None:
+    """``where`` (the unparser's SQL of ``expr``, a predicate over ``scan``) with zoned timestamp
+    literals as plain strings (:data:`_ZONED_CAST`), if it plans back over ``scan`` into what
+    ``expr`` plans into; else None: SQL that means something else must not prune."""
+    from lancepart.read.snapshot import _filter_context
+
+    if where is None:
+        return None
+    where = _ZONED_CAST.sub(r"'\1'", where)
+    base = _filter_context().create_dataframe_from_logical_plan(scan)  # plans only: nothing registered
+    try:
+        back = base.filter(where).optimized_logical_plan().display_indent()
+        return where if back == base.filter(expr).optimized_logical_plan().display_indent() else None
+    except Exception:  # DataFusion raises plain Exception (a function only the caller's context has)
+        return None
+
+
 def _filter_sql(node: Any) -> str | None:
     """The predicate of the ``Filter`` plan ``node`` as SQL, or None when none of it can be
-    rendered. A predicate the unparser cannot render whole (a row value such as
-    ``(country, id) IN (('US', 1))`` is a comparison of struct literals, which it does not
-    support) keeps the terms of its ``AND`` chain that it can render: the whole predicate
-    implies them, so pruning with them still drops only partitions the query filters out."""
-    import datafusion
+    rendered. A predicate the unparser cannot render whole, or whose rendering means something
+    else (:func:`_rendered`), keeps the terms of its ``AND`` chain that render to what they mean
+    (a row value such as ``(country, id) IN (('US', 1))`` is a comparison of struct literals,
+    which the unparser does not support): the whole predicate implies them, so pruning with them
+    still drops only partitions the query filters out."""
     from datafusion.expr import Expr
 
+    from lancepart.read.snapshot import _filter_context
+
+    scan = node.inputs()[0]
+    predicate = node.to_variant().predicate()
     try:
-        return _where(node)
+        where = _rendered(scan, Expr(predicate), _where(node))
+        if where is not None:
+            return where
     except Exception:  # DataFusion raises plain Exception
         pass
-    scan = node.inputs()[0]
-    make = datafusion.SessionContext()  # builds plans only: nothing is registered in it
+    make = _filter_context()  # builds plans only: nothing is registered in it
     terms = []
-    for term in _conjuncts(node.to_variant().predicate()):
+    for term in _conjuncts(predicate):
         try:
             where = _where(make.create_dataframe_from_logical_plan(scan).filter(Expr(term)).logical_plan())
         except Exception:  # this term cannot be rendered: left to DataFusion alone
             continue
+        where = _rendered(scan, Expr(term), where)
         if where:
             terms.append(f"({where})")
     return " AND ".join(terms) or None
