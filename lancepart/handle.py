@@ -12,8 +12,8 @@ nothing under the public object depends on it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,3 +51,10 @@ class NamespaceHandle(Protocol):
     def partitions(self, filter: str | None = None) -> list[PartitionInfo]: ...
 
     def _partition_infos(self, tables: pa.Table) -> list[PartitionInfo]: ...
+
+
+#: How a module under the public object opens a handle by root (``open_handle(root, version=,
+#: storage_options=)``): PartitionedNamespace.open, set when lancepart.namespace is imported
+#: (importing any part of lancepart imports it). A pickled reader reopens its snapshot through it.
+open_handle: Callable[..., Any] | None = None
+

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lancepart import handle as _handle
 from lancepart.arguments import CommitOptions, commit_settings
 from lancepart.deprecation import REMOVED_IN, keyword_only
 from lancepart.errors import (
@@ -1206,3 +1207,6 @@ class PartitionedNamespace:
 
 def _open_for_verify(root: str, storage_options: Mapping[str, str] | None) -> PartitionedNamespace:
     return PartitionedNamespace.open(root, storage_options=storage_options)
+
+
+_handle.open_handle = PartitionedNamespace.open  # how the modules under this one reopen a handle (lancepart.handle)

@@ -38,7 +38,7 @@ from lancepart.index import (
 from lancepart.model.ids import check_location
 from lancepart.results import CommitResult
 from lancepart.storage.lance_io import open_table
-from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
+from lancepart.storage.manifest import Manifest, ManifestSnapshot, join_uri, set_root_property
 from lancepart.util.parallel import map_threads
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
@@ -81,20 +81,6 @@ def index_table(root: str, object_id: str, location: str, base: int, op_json: st
                       column_of=columns_of(spec.get("namespace_md")),
                       base=open_table(uri, version=base, storage_options=so) if spec["rebuild"] else None)
     return apply_on_exact(uri, base, op, so, f"partition table {location} (index)", prepared=prepared)
-
-
-def set_declaration(manifest: Manifest, key: str, value: str | None, check: Callable[[str | None], bool],
-                    max_retries: int = 20, properties: Mapping[str, str] | None = None) -> str | None:
-    """Set (``value``) or remove (None) the root property ``key`` unless ``check(current)`` says
-    it is as wanted already; the value it had. Retried over concurrent metadata commits."""
-
-    def mutate(snap: ManifestSnapshot) -> tuple[ManifestChanges | None, str | None]:
-        current = snap.metadata.get(key)
-        return (None if check(current) else ManifestChanges(metadata={key: value})), current
-
-    _, previous, _ = manifest.update(mutate, max_retries=max_retries, what=f"set {key}",
-                                     transaction_properties=properties)
-    return previous
 
 
 def publish_tables(manifest: Manifest, op_json: str, what: str, *, max_retries: int = 20,
@@ -163,7 +149,7 @@ def create_index(ns: NamespaceHandle, column: str, index_type: str, *, name: str
                 f"pass replace=True to rebuild it as {value}, or choose another name")
         return False
 
-    previous = set_declaration(ns.manifest, decl.key, value, same, max_retries, properties)
+    previous = set_root_property(ns.manifest, decl.key, value, same, max_retries, properties)
     rebuild = [decl.name] if previous is not None and previous != value else []
     log.info("index %s declared in %s: %s", decl.name, ns.root, value)
 
@@ -188,7 +174,7 @@ def drop_index(ns: NamespaceHandle, name: str, *, max_retries: int = 20,
     declared and no table has it."""
     ns.refresh()
     key = IndexDeclaration(name, "", "").key
-    previous = set_declaration(ns.manifest, key, None, lambda current: current is None, max_retries, properties)
+    previous = set_root_property(ns.manifest, key, None, lambda current: current is None, max_retries, properties)
     op_json = op_to_json("drop", names=[name])
     result = publish_tables(ns.manifest, op_json, f"drop_index {name}", max_retries=max_retries,
                             apply_tables=apply_tables(op_json) if apply_tables else None, properties=properties)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +19,6 @@ from lancepart.errors import InvalidArgumentError, InvalidSpecError
 #: Root property prefix of a constraint declaration: ``lancepart.constraint.<name>`` = expression.
 PROPERTY_PREFIX = "lancepart.constraint."
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-_local = threading.local()
 
 
 def constraints(metadata: Mapping[str, str]) -> dict[str, str]:
@@ -45,19 +43,6 @@ def columns_of(schema: pa.Schema, cons: Mapping[str, str]) -> list[str]:
     return [n for n in schema.names if n in names]
 
 
-def _context() -> Any:
-    ctx = getattr(_local, "ctx", None)
-    if ctx is None:
-        import datafusion
-
-        from lancepart.model.datafusion_udfs import register_udfs
-
-        ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
-        register_udfs(ctx)
-        _local.ctx = ctx
-    return ctx
-
-
 def check_constraint(schema: pa.Schema, name: Any, expression: Any) -> str:
     """``expression`` stripped, after checking ``name`` and ``expression`` as a constraint of a
     namespace of ``schema``: :class:`InvalidArgumentError` naming what is wrong.
@@ -69,7 +54,7 @@ def check_constraint(schema: pa.Schema, name: Any, expression: Any) -> str:
     Traceback (most recent call last):
     lancepart.errors.InvalidArgumentError: constraint 'amount_nonneg': 'amount * 2' gives double, not a boolean; ...
     """
-    from lancepart.model.datafusion_udfs import check_row_wise
+    from lancepart.model.datafusion_udfs import check_row_wise, filter_context
 
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidArgumentError(f"constraint name {name!r}: letters, digits and '_' (not first a digit), at "
@@ -83,7 +68,7 @@ def check_constraint(schema: pa.Schema, name: Any, expression: Any) -> str:
     except InvalidSpecError as e:
         raise InvalidArgumentError(f"constraint {name!r}: {e}; a constraint must give the same answer for a row "
                                    f"whenever it is checked") from None
-    ctx = _context()
+    ctx = filter_context()
     plain = pa.schema([f.remove_metadata() for f in schema])
     ctx.register_record_batches("t", [[pa.RecordBatch.from_pylist([], schema=plain)]])
     try:

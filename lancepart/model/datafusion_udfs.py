@@ -412,8 +412,25 @@ def _prepare(expression: str, schema: pa.Schema) -> _Prepared:
     return _Prepared(expression, schema, ctx, sql, output_type)
 
 
+_contexts = threading.local()  # one filter context per thread
+
+
+def filter_context() -> _df.SessionContext:
+    """This thread's DataFusion context with lancepart's UDFs, for filters and expression checks
+    (made once: a new context and its UDFs cost about as much as filtering a table of a few
+    thousand rows). Register a table in it only for the duration of one evaluation."""
+    ctx = getattr(_contexts, "ctx", None)
+    if ctx is None:
+        ctx = _df.SessionContext(_df.SessionConfig().with_target_partitions(1))
+        register_udfs(ctx)
+        _contexts.ctx = ctx
+    return ctx
+
+
 def _after_fork_in_child() -> None:
+    global _contexts
     _prepare.cache_clear()  # each holds a lock another thread of the parent may have held
+    _contexts = threading.local()  # the forking thread's context was made in the parent
 
 
 if hasattr(os, "register_at_fork"):

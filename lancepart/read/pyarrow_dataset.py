@@ -33,7 +33,7 @@ from lancepart.errors import InvalidArgumentError, LancepartError
 from lancepart.read import arrow_filter
 
 if TYPE_CHECKING:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart.handle import NamespaceHandle
 
 log = logging.getLogger("lancepart.read")
 
@@ -50,7 +50,7 @@ class NamespaceDataset(pds.Dataset):
     ``fragment_readahead``, ``fragment_scan_options`` and ``cache_metadata`` are accepted and
     have no effect (the read-ahead is lancepart's own)."""
 
-    def __init__(self, ns: PartitionedNamespace, filter: str | None = None, columns: Sequence[str] | None = None,
+    def __init__(self, ns: NamespaceHandle, filter: str | None = None, columns: Sequence[str] | None = None,
                  *, polars: bool = False, expression: pc.Expression | None = None) -> None:
         from lancepart.read.engines import polars_schema
         from lancepart.read.snapshot import projected
@@ -249,7 +249,7 @@ def _in_memory(dataset: Any) -> Any:
 
 def _reopen(root: str, storage_options: Mapping[str, str] | None, version: int, filter: str | None,
             columns: list[str] | None, polars: bool, expression: pc.Expression | None) -> NamespaceDataset:
-    from lancepart.namespace import PartitionedNamespace
+    from lancepart import handle
 
-    ns = PartitionedNamespace.open(root, version=version, storage_options=storage_options)
+    ns = handle.open_handle(root, version=version, storage_options=storage_options)
     return NamespaceDataset(ns, filter, columns, polars=polars, expression=expression)

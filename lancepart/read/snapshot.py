@@ -14,17 +14,15 @@ says, whichever engine scans.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import datafusion
 import lance
 import pyarrow as pa
 
 from lancepart.arguments import check_columns, check_int
 from lancepart.errors import CorruptTableError, InvalidArgumentError, LancepartError
+from lancepart.model.datafusion_udfs import filter_context
 from lancepart.model.ids import check_location
 from lancepart.results import PartitionInfo
 from lancepart.storage.error_mapping import storage_errors, typed_error, unreadable_file
@@ -90,29 +88,8 @@ def scan_table(ds: lance.LanceDataset, columns: Sequence[str] | None, scan_filte
     return ds.to_table(columns=cols)
 
 
-_contexts = threading.local()  # one DataFusion context per thread, for apply_filter
-
-
-def _after_fork_in_child() -> None:
-    global _contexts
-    _contexts = threading.local()  # the forking thread's context was made in the parent
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _filter_context() -> datafusion.SessionContext:
-    """This thread's DataFusion context with lancepart's UDFs (made once: a new context and its
-    UDFs cost about as much as filtering a table of a few thousand rows)."""
-    ctx = getattr(_contexts, "ctx", None)
-    if ctx is None:
-        from lancepart.model.datafusion_udfs import register_udfs
-
-        ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
-        register_udfs(ctx)
-        _contexts.ctx = ctx
-    return ctx
+# this thread's DataFusion context with lancepart's UDFs, shared with the expression checks of the model
+_filter_context = filter_context
 
 
 _ROWS_COLUMN = "__lp_rows"

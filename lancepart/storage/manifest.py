@@ -699,6 +699,20 @@ class Manifest:
         )
 
 
+def set_root_property(manifest: Manifest, key: str, value: str | None, check: Callable[[str | None], bool],
+                    max_retries: int = 20, properties: Mapping[str, str] | None = None) -> str | None:
+    """Set (``value``) or remove (None) the root property ``key`` unless ``check(current)`` says
+    it is as wanted already; the value it had. Retried over concurrent metadata commits."""
+
+    def mutate(snap: ManifestSnapshot) -> tuple[ManifestChanges | None, str | None]:
+        current = snap.metadata.get(key)
+        return (None if check(current) else ManifestChanges(metadata={key: value})), current
+
+    _, previous, _ = manifest.update(mutate, max_retries=max_retries, what=f"set {key}",
+                                     transaction_properties=properties)
+    return previous
+
+
 #: Root property naming the commit that asked the others to wait (docs/design.md §8c).
 LEASE_KEY = "lancepart.commit_lease"
 LEASE_AFTER = 3  # conflicts lost before a commit asks the others to wait

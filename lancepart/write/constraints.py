@@ -41,7 +41,7 @@ from lancepart.errors import ConstraintViolationError, InvalidArgumentError
 from lancepart.model.constraints import PROPERTY_PREFIX, check_constraint, columns_of, constraints
 from lancepart.results import CommitResult
 from lancepart.storage.lance_io import open_table
-from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri
+from lancepart.storage.manifest import Manifest, ManifestChanges, ManifestSnapshot, join_uri, set_root_property
 from lancepart.util import faults
 from lancepart.util.parallel import map_threads
 
@@ -129,12 +129,14 @@ def _live(md: Any) -> int:
     return md.physical_rows - (deleted or 0)
 
 
-def check_tables(manifest: Manifest, metadata: Mapping[str, str], tables: Sequence[TableRows], what: str) -> int:
-    """Check the rows ``tables`` gained against the constraints declared in ``metadata`` (the
-    root properties of the snapshot the commit is built on); :class:`ConstraintViolationError`
-    naming how many rows in how many tables break one, and a few of them whole. Reads only the
-    constraints' columns of the added fragments, tables in parallel. Returns the rows checked."""
-    cons = constraints(metadata)
+def check_tables(manifest: Manifest, metadata: Mapping[str, str], tables: Sequence[TableRows], what: str,
+                 cons: Mapping[str, str] | None = None) -> int:
+    """Check the rows ``tables`` gained against ``cons`` (default: the constraints declared in
+    ``metadata``, the root properties of the snapshot the commit is built on);
+    :class:`ConstraintViolationError` naming how many rows in how many tables break one, and a
+    few of them whole. Reads only the constraints' columns of the added fragments, tables in
+    parallel. Returns the rows checked."""
+    cons = constraints(metadata) if cons is None else cons
     if not cons or not tables:
         return 0
     from lancepart.evolution.schema_evolution import read_columns
@@ -200,9 +202,7 @@ def check_published(manifest: Manifest, snap: ManifestSnapshot, cons: Mapping[st
         if since is not None and before == version:
             continue
         todo.append(TableRows(oid, location, before, version))
-    md = {**{k: v for k, v in snap.metadata.items() if not k.startswith(PROPERTY_PREFIX)},
-          **{PROPERTY_PREFIX + n: e for n, e in cons.items()}}
-    rows = check_tables(manifest, md, todo, what)
+    rows = check_tables(manifest, snap.metadata, todo, what, cons)
     return rows, {oid: v for oid, (_, v) in pins.items()}
 
 
@@ -221,8 +221,6 @@ def add_constraint(ns: NamespaceHandle, name: str, expression: str, *, max_retri
     """Declare the CHECK constraint ``name`` (see the module docstring for the three steps).
     Adding the same definition again finishes an interrupted add; another definition under a
     taken name is :class:`InvalidArgumentError` (drop it first)."""
-    from lancepart.maintenance.indexes import set_declaration
-
     started = time.monotonic()
     ns.refresh()
     snap = ns.snapshot()
@@ -245,7 +243,7 @@ def add_constraint(ns: NamespaceHandle, name: str, expression: str, *, max_retri
                                        f"nothing was changed")
         return value == expression
 
-    set_declaration(ns.manifest, key, expression, same, max_retries, properties)
+    set_root_property(ns.manifest, key, expression, same, max_retries, properties)
     faults.checkpoint("before_constraint_seal")
     seen = {"rows": checked}
 
@@ -262,7 +260,7 @@ def add_constraint(ns: NamespaceHandle, name: str, expression: str, *, max_retri
         new, _, retries = ns.manifest.update(seal, max_retries=max_retries, what=what,
                                              transaction_properties=properties)
     except ConstraintViolationError as e:
-        set_declaration(ns.manifest, key, None, lambda value: value != expression, max_retries, properties)
+        set_root_property(ns.manifest, key, None, lambda value: value != expression, max_retries, properties)
         raise _not_added(e, name) from None
     ns.refresh()
     return CommitResult(manifest_version=new.version, retries=retries, seconds=round(time.monotonic() - started, 3),
@@ -280,14 +278,12 @@ def drop_constraint(ns: NamespaceHandle, name: str, *, max_retries: int = 20,
                     properties: Mapping[str, str] | None = None) -> CommitResult:
     """Remove the constraint ``name``; :class:`InvalidArgumentError` naming the declared ones if
     there is none of that name."""
-    from lancepart.maintenance.indexes import set_declaration
-
     started = time.monotonic()
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"constraint name: a non-empty str, not {name!r}")
     key = PROPERTY_PREFIX + name
     ns.refresh()
-    previous = set_declaration(ns.manifest, key, None, lambda value: value is None, max_retries, properties)
+    previous = set_root_property(ns.manifest, key, None, lambda value: value is None, max_retries, properties)
     ns.refresh()
     if previous is None:
         declared = sorted(constraints(ns.snapshot().metadata)) or "none"
