@@ -473,6 +473,30 @@ def test_an_unclassified_engine_error_is_typed_and_a_bug_passes_unchanged(tmp_pa
     assert operation_error(KeyError("a lancepart bug"), "merge", str(tmp_path)) is None
 
 
+def test_a_data_file_deleted_while_lance_writes_it_is_data_files_missing(tmp_path):
+    """A cleanup at a retention shorter than a write may delete a data file Lance is still
+    writing (it is referenced by no version yet): Lance fails when it closes the file. That is
+    DataFilesMissingError naming the file and saying nothing was published (it was EngineError,
+    which a caller cannot tell from a defect: the retention race test accepts the typed errors
+    of that race only)."""
+    from lance.file import LanceFileWriter
+
+    from lancepart.storage.error_mapping import operation_error
+
+    path = tmp_path / "data" / "x.lance"
+    path.parent.mkdir()
+    writer = LanceFileWriter(str(path), pa.schema([("a", pa.int64())]))
+    writer.write_batch(pa.table({"a": list(range(10_000))}))
+    for f in path.parent.iterdir():  # the file being written, deleted
+        f.unlink()
+    with pytest.raises(OSError, match="failed to shutdown local writer") as closing:
+        writer.close()
+    typed = operation_error(closing.value, "write", str(tmp_path))
+    assert isinstance(typed, DataFilesMissingError), typed
+    assert "x.lance" in str(typed) and "deleted while it was being written" in str(typed)
+    assert "nothing was published" in str(typed)
+
+
 @pytest.mark.spark
 def test_a_spark_job_that_fails_is_typed_nothing_is_published_and_the_same_batch_id_publishes_once(spark, tmp_path):
     """A Spark job whose Python worker dies (killed like an executor the OOM killer ended, exit

@@ -30,7 +30,7 @@ from lancepart.maintenance.cleanup import (
 )
 from lancepart.storage.manifest import join_uri
 from tests.crash_proc import BLOCK, Batch, finish, launch
-from tests.procs import release, wait_until_reached
+from tests.procs import release, run_cli, wait_until_reached
 from tests.test_cleanup import backdate, batch, data_files, disk, later, tracked, versions
 
 ZERO = timedelta(0)
@@ -154,7 +154,7 @@ def _race(root: str, seconds: float, writers: int = 3) -> tuple[list[dict], list
     return records, errors, runs[0]
 
 
-@pytest.mark.parametrize("seconds", [pytest.param(25, id="25s"),
+@pytest.mark.parametrize("seconds", [pytest.param(15, id="15s"),
                                      pytest.param(180, id="180s", marks=pytest.mark.stress)])
 @pytest.mark.slow
 def test_short_retention_cleanup_beside_live_writers(ns, seconds):
@@ -245,6 +245,48 @@ def test_fragments_a_concurrent_commit_dropped_survive_zero_retention_until_thei
     assert published(ns.root) == want
 
 
+def test_commit_between_cleanups_look_and_delete_of_its_fragments_publishes_nothing_missing(ns):
+    """The window between a cleanup's last look at an unreferenced file and its delete. A writer
+    has written its fragments and is paused (``after_fragments``); a cleanup process at
+    ``older_than=0`` finds them unreferenced, looks at one again right before its delete (no
+    version references it) and is paused there (``before_unreferenced_delete``). The writer then
+    commits its table versions naming the files and checks its files, all still there. On the
+    code before, it went on to ``before_manifest_commit``, the cleanup's deletes landed, and the
+    writer published versions whose data files were gone ("Not found ... .lance" reading a
+    published table; CI, once in six runs of test_short_retention_cleanup_beside_live_writers).
+    Now the cleanup marks the table while it deletes files younger than the floor, and the
+    writer's file check waits for the mark to go (``waiting_for_cleanup``): it finds the files
+    gone and fails with DataFilesMissingError, nothing published, every published row readable
+    with plain pylance."""
+    b1, b2 = batch(1, days=1), batch(2, days=1)  # the same partitions: nothing to reserve
+    ns.write(b1.table(), batch_id="b1")
+    version, parts = ns.manifest_version, ns.partitions()
+    before = {p.location: data_files(join_uri(ns.root, p.location)) for p in parts}
+    go = {k: f"{ns.root}.{k}" for k in ("fragments", "delete", "check", "publish")}
+    writer = launch(ns.root, [b2.op(fault=f"after_fragments:wait:{go['fragments']},"
+                                          f"waiting_for_cleanup:wait:{go['check']},"
+                                          f"before_manifest_commit:wait:{go['publish']}")])
+    wait_until_reached(go["fragments"], writer)
+    _wait_for(lambda: all(data_files(join_uri(ns.root, loc)) - old for loc, old in before.items()))
+    cleaner = run_cli("cleanup", ns.root, "--older-than", "0", "--allow-short-retention",
+                      fault=f"before_unreferenced_delete:wait:{go['delete']}")
+    wait_until_reached(go["delete"], cleaner)  # looked at a fragment of the writer: unreferenced
+    release(go["fragments"])
+    _wait_for(lambda: writer.poll() is not None or any(os.path.exists(go[k] + ".reached")
+                                                       for k in ("check", "publish")))
+    assert all(lance.dataset(join_uri(ns.root, p.location)).version > p.read_version for p in parts)
+    for k in ("delete", "check", "publish"):
+        release(go[k])
+    out, err = cleaner.communicate(timeout=120)
+    assert cleaner.returncode == 0, (out, err[-3000:])
+    code, records, err = finish(writer)
+    assert code == 0 and len(records) == 1, err[-3000:]
+    assert published(ns.root) == list(range(b1.start, b1.start + b1.rows))  # every published file is there
+    assert records[0].get("error") == "DataFilesMissingError", records
+    assert lance.dataset(join_uri(ns.root, "__manifest")).version == version  # nothing published
+    assert not os.path.exists(join_uri(ns.root, "_lancepart_deleting"))  # the marks went
+
+
 # --------------------------------------------------------------------------- item 5: slow write
 
 def _wait_for(pred, timeout: float = 60) -> None:
@@ -297,12 +339,7 @@ def test_commit_rebases_when_cleanup_removed_its_manifest_base(ns):
     go = ns.root + ".go"
     proc = launch(ns.root, [slow.op(fault=f"before_manifest_commit:wait:{go}")])
     wait_until_reached(go, proc)
-    other = Batch("other", 7 * BLOCK, 100, seed=9, days=1)  # another day: other partitions
-    other_table = other.table()
-    other_table = other_table.set_column(1, "event_date", pa_shift_days(other_table.column("event_date"), 30))
-    ns.write(other_table, batch_id="other")
-    stats = cleanup(ns.root, ZERO, allow_short_retention=True)
-    assert f"__manifest@v{base}" in stats.removed
+    other = _publish_elsewhere_and_clean_up(ns, base)
     release(go)
     code, records, err = finish(proc)
     assert code == 0 and len(records) == 1 and "error" not in records[0], (records, err[-3000:])
@@ -310,6 +347,50 @@ def test_commit_rebases_when_cleanup_removed_its_manifest_base(ns):
     want = sorted([*range(b1.start, b1.start + b1.rows),
                    *range(slow.start, slow.start + slow.rows), *range(other.start, other.start + other.rows)])
     assert published(ns.root) == want
+
+
+def test_publish_whose_first_attempt_lost_its_snapshot_publishes_its_rows(ns):
+    """A write's first publish attempt took its ``__manifest`` snapshot and is paused
+    (``before_batch_check``) before reading it; meanwhile another job publishes and a cleanup
+    at ``allow_short_retention`` removes that snapshot's version. The attempt ends when it looks
+    for its batch id (SnapshotGone) and the next one rebases. On the code before, the next
+    attempt found no changes to plan (the list was handed out on the first attempt only), and
+    committed the batch id alone: the write reported success with ``rows_written`` 0, its rows
+    were never published, and a rerun would have skipped the batch (CI:
+    test_short_retention_cleanup_beside_live_writers, "rows_written ... == len(want)"). Now
+    the rows are published."""
+    b1 = batch(1, days=1)
+    ns.write(b1.table(), batch_id="b1")
+    base = ns.manifest_version
+    before = {p.location: data_files(join_uri(ns.root, p.location)) for p in ns.partitions()}
+    slow = batch(2, days=1)
+    go = ns.root + ".go"
+    proc = launch(ns.root, [slow.op(fault=f"before_batch_check:wait:{go}")])
+    wait_until_reached(go, proc)
+    # the write's fragments look younger than the cleanup's cut-off: it removes the snapshot, not them
+    later_time = time.time() + 3600
+    for loc, old in before.items():
+        for f in data_files(join_uri(ns.root, loc)) - old:
+            os.utime(os.path.join(join_uri(ns.root, loc), f), (later_time, later_time))
+    other = _publish_elsewhere_and_clean_up(ns, base)
+    release(go)
+    code, records, err = finish(proc)
+    assert code == 0 and len(records) == 1 and "error" not in records[0], (records, err[-3000:])
+    assert records[0]["result"]["rows_written"] == slow.rows, records
+    want = sorted(i for b in (b1, slow, other) for i in range(b.start, b.start + b.rows))
+    assert published(ns.root) == want
+
+
+def _publish_elsewhere_and_clean_up(ns, base: int) -> Batch:
+    """Another job publishes into other partitions (another day), then a cleanup at zero
+    retention removes ``__manifest`` version ``base``; returns that job's batch."""
+    other = Batch("other", 7 * BLOCK, 100, seed=9, days=1)
+    other_table = other.table()
+    other_table = other_table.set_column(1, "event_date", pa_shift_days(other_table.column("event_date"), 30))
+    ns.write(other_table, batch_id="other")
+    stats = cleanup(ns.root, ZERO, allow_short_retention=True)
+    assert f"__manifest@v{base}" in stats.removed
+    return other
 
 
 def pa_shift_days(col, days: int):

@@ -50,8 +50,11 @@ Guards that hold for every deletion, whatever ``older_than`` and the override sa
   clock, file times from the store's: when they disagree, a version can look superseded
   long ago while its files are fresh); an unreferenced file
   is looked at again right before its own delete (versions committed since the listing are
-  read, and its modification time); an unreferenced directory is listed again right before
-  its removal;
+  read, and its modification time), and while files younger than the floor are looked at and
+  deleted the table is marked (:class:`~lancepart.write.guard.DeletionMark`: a write's table
+  commit naming one can land between the look and the delete, so its file check waits for
+  the mark to go and then finds the file gone); an unreferenced directory is listed again
+  right before its removal;
 * right before a table's versions are removed, the latest ``__manifest`` is read again and
   what it pins is kept: the latest ``__manifest`` version and everything it or any retained
   snapshot pins are never "old";
@@ -130,6 +133,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta, timezone
 from typing import Any
@@ -154,9 +158,11 @@ from lancepart.storage.error_mapping import table_failure
 from lancepart.storage.lance_io import open_table
 from lancepart.storage.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri, normalize_root
 from lancepart.storage.table_commit import DROPS_UNPUBLISHED
+from lancepart.util import faults
 from lancepart.util.durations import parse_duration
 from lancepart.util.parallel import map_threads
 from lancepart.write.batches import prepare_for_cleanup
+from lancepart.write.guard import DeletionMark
 
 log = logging.getLogger("lancepart.cleanup")
 
@@ -585,16 +591,27 @@ class _Run:
             state: dict[str, Any] = {"seen": seen, "paths": set(), "dirs": set(), "cutoff": cutoff}
             session = LanceFileSession(uri, storage_options=self.so)
             deleted = []
-            for path in orphans.column("path").to_pylist():
-                if not self._still_unreferenced(uri, path, state):
-                    continue
-                try:
-                    session.delete_file(path)
-                except OSError as e:
-                    if session.contains(path):
-                        tally.skip(f"{location}/{path}", f"cannot be deleted ({e})")
+            # a file younger than the floor may be a running write's: its table commit can land
+            # between our look and our delete, and its file check right after it still find the
+            # file. Under the mark, that check waits for our deletes (lancepart.write.guard.DeletionMark)
+            young = pc.any(pc.greater_equal(orphans.column("last_modified"), pa.scalar(
+                int(self.in_flight_cutoff * 1e6), pa.timestamp("us", tz="UTC")))).as_py()
+            with DeletionMark(self.root, location, self.so) if young else nullcontext() as mark:
+                for path in orphans.column("path").to_pylist():
+                    if mark is not None and not mark.fresh():
+                        tally.skip(f"{location}/{path}", "not deleted: this cleanup's mark on the table is too old; "
+                                                         "the next cleanup retries it")
                         continue
-                deleted.append(path)
+                    if not self._still_unreferenced(uri, path, state):
+                        continue
+                    faults.checkpoint("before_unreferenced_delete")
+                    try:
+                        session.delete_file(path)
+                    except OSError as e:
+                        if session.contains(path):
+                            tally.skip(f"{location}/{path}", f"cannot be deleted ({e})")
+                            continue
+                    deleted.append(path)
             orphans = orphans.filter(pc.is_in(orphans.column("path"), pa.array(deleted, pa.utf8())))
         tally.orphan_files += orphans.num_rows
         tally.files += orphans.num_rows

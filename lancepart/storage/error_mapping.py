@@ -198,6 +198,17 @@ def typed_error(e: BaseException, path: str, *, table: str | None = None, readin
     return None
 
 
+# Lance closing a data file it was writing, which was deleted meanwhile (by a cleanup at a
+# retention shorter than the write: the file was not referenced yet)
+_DELETED_WHILE_WRITTEN = re.compile(r"failed to shutdown local writer for (\S+?):.*?(?:failed to read metadata|"
+                                    r"failed to persist temp file|No such file|os error 2)", re.I | re.S)
+
+
+def _deleted_while_written(where: str, path: str) -> DataFilesMissingError:
+    return DataFilesMissingError(f"{where}: the data file {path} was deleted while it was being written (a cleanup "
+                                 f"with a retention shorter than the write ran beside it)")
+
+
 def _missing(where: str, missing: str) -> DataFilesMissingError:
     return DataFilesMissingError(f"{where}: {missing} is gone from storage but the published version references "
                                  f"it (deleted by hand or by a cleanup with a too short retention); `lancepart "
@@ -460,6 +471,8 @@ def operation_error(e: BaseException, operation: str, root: str | None, *, publi
         return CommitConflictError(_join(f"{operation} on {where}: Lance gave up a commit against concurrent "
                                          f"writers ({_short(text)})", note, "run it again"))
     typed = typed_error(e, where)
+    if (m := _DELETED_WHILE_WRITTEN.search(text)) is not None:
+        typed = _deleted_while_written(where, m.group(1))
     if typed is None and (m := _NOT_FOUND.search(text)) is not None:
         typed = _missing(where, m.group(1))
     if typed is None and _CORRUPT.search(text):

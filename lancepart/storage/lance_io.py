@@ -128,6 +128,17 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_after_fork_in_child)
 
 
+def local_path(uri: str) -> str | None:
+    """The filesystem path of a local ``uri`` (a plain path or ``file://``); None for an object store.
+
+    >>> local_path("file:///data/ns"), local_path("/data/ns"), local_path("s3://bucket/ns")
+    ('/data/ns', '/data/ns', None)
+    """
+    if uri.startswith("file://"):
+        return uri[len("file://"):]
+    return None if "://" in uri else uri
+
+
 def _so(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
     return dict(storage_options) if storage_options else None
 

@@ -33,6 +33,9 @@ OTHER_STEPS = (
     "before_schema_commit",  # update_schema: the new schema computed, its __manifest commit not yet made
     "before_change_task",  # the change feed: a task planned, its partition tables not opened yet
     "before_constraint_seal",  # add_constraint: declared, its seal commit not yet made
+    "before_unreferenced_delete",  # cleanup: an unreferenced file checked again, its delete not yet made
+    "waiting_for_cleanup",  # a publish's file check finds a cleanup deleting files of its table, and waits
+    "before_batch_check",  # a publish attempt: its __manifest snapshot taken, nothing of it read yet
 )
 WAIT_LIMIT = 120.0
 _counts: dict[str, int] = {}

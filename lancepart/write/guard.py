@@ -10,7 +10,11 @@ published (docs/retention.md):
 * :func:`check_files_present` right before the ``__manifest`` commit: every table version
   about to be published still exists, and every data file the job wrote exists (one
   existence check per file, on the bounded thread pool); else
-  :class:`~lancepart.errors.DataFilesMissingError` naming the table and the file.
+  :class:`~lancepart.errors.DataFilesMissingError` naming the table and the file. The data
+  files are looked at only once no cleanup is deleting unreferenced files of their table
+  (:class:`DeletionMark`, below): a cleanup checks that a file is unreferenced and then
+  deletes it, and a table commit naming the file can land between the two; the file check
+  that follows that commit must not run before the delete.
 * :func:`commit_on_published` around each table commit: when the published version the commit
   builds on is gone, the job rebases on the newer ``__manifest`` if there is one (a cleanup
   removed a version that is no longer published), else fails with a typed error naming the
@@ -20,25 +24,33 @@ published (docs/retention.md):
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
+import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata
 
-from lancepart.errors import DataFilesMissingError
+from lancepart.errors import CommitConflictError, DataFilesMissingError
 from lancepart.storage.error_mapping import table_error
-from lancepart.storage.lance_io import open_table
+from lancepart.storage.lance_io import local_path, open_table
 from lancepart.storage.manifest import Manifest, ManifestConflict, is_not_found, join_uri
 from lancepart.storage.table_commit import file_path
+from lancepart.util import faults
 from lancepart.util.parallel import map_threads
 
-
-def _local_path(uri: str) -> str | None:
-    if uri.startswith("file://"):
-        return uri[len("file://"):]
-    return None if "://" in uri else uri
+# A cleanup deleting unreferenced files of a partition table that are younger than the retention
+# floor (allow_short_retention) marks the table with a file in this directory of the namespace
+# root while it checks and deletes them (DeletionMark); a publish waits until no fresh mark names
+# one of its tables before it looks at its data files.
+DELETING_DIR = "_lancepart_deleting"
+DELETING_EXPIRY_S = 600.0  # a mark older than this is ignored (its cleanup died); deletes only in its first half
+DELETING_WAIT_S = 30.0  # the longest a publish waits for a cleanup's deletions in one of its tables
+_POLL_S = 0.02
 
 
 def check_files_present(
@@ -81,6 +93,7 @@ def check_files_present(
     so = dict(storage_options) if storage_options else None
     if versions:
         _check_versions(root, tables, so)
+    _wait_for_deletions(root, [location for _, location, _, fragments in tables if fragments], so)
     _check_data_files(root, tables, so)
 
 
@@ -115,7 +128,7 @@ def _check_data_files(root: str, tables: Sequence[tuple[str, str, int, Sequence[
 
     def exists(item: tuple[str, str, str]) -> bool:
         _, uri, path = item
-        local = _local_path(uri)
+        local = local_path(uri)
         if local is not None:
             return os.path.exists(os.path.join(local, path))
         session = sessions.get(uri)
@@ -130,6 +143,117 @@ def _check_data_files(root: str, tables: Sequence[tuple[str, str, int, Sequence[
             f"partition table {oid}: data file {uri}/{path} written by this write is gone from storage "
             f"({len(missing)} of its {len(checks)} data files missing; a cleanup with a retention shorter than the "
             f"write removed them); nothing was published, run the write again")
+
+
+def _mark_key(location: str) -> str:
+    """The part of a :class:`DeletionMark`'s name that says which table it marks."""
+    return hashlib.sha1(location.encode()).hexdigest()[:16]
+
+
+class DeletionMark:
+    """Held by a cleanup while it checks and deletes unreferenced files of the partition table at
+    ``location`` that are younger than the retention floor (``with DeletionMark(root, location)
+    as mark:``): a file ``<root>/_lancepart_deleting/<milliseconds>-<table key>-<uuid>`` from
+    before its first check to after its last delete. :class:`OSError` when it cannot be made:
+    then nothing young is deleted.
+
+    Why (docs/retention.md): a cleanup looks at a file (no version references it), then deletes
+    it. A writer's table commit naming that file can land in between, and the writer's file check
+    right after it can still find the file; the delete then lands and the write publishes a
+    version whose file is gone. With the mark, the writer's check (after its table commits) first
+    waits until no fresh mark names one of its tables (:func:`check_files_present`: one listing
+    of the namespace's mark directory per publish attempt, whatever the number of tables). A mark
+    made after the writer looked comes before the cleanup's own look, which then sees the commit
+    and keeps the file; a mark the writer saw removed was removed after the delete, so the
+    writer's check finds the file gone (:class:`DataFilesMissingError`, nothing published).
+
+    A mark expires :data:`DELETING_EXPIRY_S` after it was made (by the cleanup's clock): a killed
+    cleanup holds no writer up for longer. The cleanup deletes only while :meth:`fresh` (the
+    first half of that), so the clocks of cleanup and writers may disagree by minutes."""
+
+    def __init__(self, root: str, location: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.root, self.so = root, dict(storage_options) if storage_options else None
+        self.name = f"{int(time.time() * 1000)}-{_mark_key(location)}-{uuid.uuid4().hex}"
+        self.made = 0.0
+
+    def __enter__(self) -> DeletionMark:
+        local = local_path(self.root)
+        if local is not None:
+            directory = os.path.join(local, DELETING_DIR)
+            for _ in range(3):  # another cleanup may remove the emptied directory in between
+                os.makedirs(directory, exist_ok=True)
+                try:
+                    with open(os.path.join(directory, self.name), "x"):
+                        break
+                except FileNotFoundError:
+                    continue
+            else:
+                raise OSError(f"cannot mark {self.root} as being cleaned: {directory} keeps disappearing")
+        else:
+            with tempfile.NamedTemporaryFile() as empty:
+                LanceFileSession(self.root, storage_options=self.so).upload_file(empty.name,
+                                                                                 f"{DELETING_DIR}/{self.name}")
+        self.made = time.monotonic()
+        return self
+
+    def fresh(self) -> bool:
+        """Whether a delete may still be made under this mark (well before writers ignore it)."""
+        return time.monotonic() - self.made < DELETING_EXPIRY_S / 2
+
+    def __exit__(self, *exc: object) -> None:
+        local = local_path(self.root)
+        try:
+            if local is not None:
+                os.remove(os.path.join(local, DELETING_DIR, self.name))
+                try:
+                    os.rmdir(os.path.join(local, DELETING_DIR))
+                except OSError:
+                    pass  # another cleanup's mark is in it
+            else:
+                LanceFileSession(self.root, storage_options=self.so).delete_file(f"{DELETING_DIR}/{self.name}")
+        except OSError:
+            pass  # it expires; writers wait for it at most DELETING_WAIT_S meanwhile
+
+
+def _tables_being_deleted(root: str, so: dict[str, str] | None) -> set[str]:
+    """The keys of the tables a fresh :class:`DeletionMark` of the namespace at ``root`` names."""
+    local = local_path(root)
+    if local is not None:
+        try:
+            names = os.listdir(os.path.join(local, DELETING_DIR))
+        except FileNotFoundError:
+            return set()
+    else:
+        names = [p.rsplit("/", 1)[-1] for p in LanceFileSession(root, storage_options=so).list(DELETING_DIR)]
+    now_ms = time.time() * 1000
+    keys = set()
+    for name in names:
+        made, _, rest = name.partition("-")
+        if made.isdigit() and now_ms - int(made) < DELETING_EXPIRY_S * 1000:
+            keys.add(rest.partition("-")[0])
+    return keys
+
+
+def _wait_for_deletions(root: str, locations: Sequence[str], so: dict[str, str] | None) -> None:
+    """Until no cleanup is deleting unreferenced files of the tables at ``locations`` (no fresh
+    :class:`DeletionMark` names one: one listing of the namespace's mark directory a round); then
+    their data files can be looked at. :class:`CommitConflictError` after :data:`DELETING_WAIT_S`."""
+    keys = {_mark_key(location): location for location in locations}
+    deadline = time.monotonic() + DELETING_WAIT_S
+    waited = False
+    while keys:
+        pending = sorted(keys[k] for k in _tables_being_deleted(root, so) if k in keys)
+        if not pending:
+            return
+        if not waited:
+            faults.checkpoint("waiting_for_cleanup")
+            waited = True
+        if time.monotonic() > deadline:
+            raise CommitConflictError(
+                f"partition table at {join_uri(root, pending[0])}: a cleanup has been deleting its unreferenced files "
+                f"for more than {DELETING_WAIT_S:.0f} s (a mark in {join_uri(root, DELETING_DIR)}/); nothing was "
+                f"published, run the write again")
+        time.sleep(_POLL_S)
 
 
 def commit_on_published(manifest: Manifest, snapshot_version: int, object_id: str, location: str,

@@ -235,6 +235,7 @@ class CommitProducer:
         self.new_tables, self.index_on_write, self.run = new_tables, index_on_write, run
         self.unpublishable, self.leave_out_unreadable = unpublishable, leave_out_unreadable
         self._changes = changes if callable(changes) else list(changes)
+        self._handed_out = False  # the list given went to plan (an attempt may end before it plans)
         self.by_oid: dict[str, TableChange] = {}
         self.indexed: dict[str, int] = {}
         self.prepared: PreparedCache = {}  # index builds kept over attempts: a rebase commits them, never builds again
@@ -250,10 +251,15 @@ class CommitProducer:
     # ------------------------------------------------------------------------------ hooks
     def changes(self, snap: ManifestSnapshot) -> Sequence[TableChange] | None:
         """The operation's changes on ``snap``, or None to keep the previous attempt's (rebased).
-        Default: the list given, planned once; or the callable given, on every attempt."""
+        Default: the list given, planned once (by the first attempt that gets to plan: one can
+        end before, its snapshot removed by a cleanup while it looked for the batch id); or the
+        callable given, on every attempt."""
         if callable(self._changes):
             return self._changes(snap)
-        return self._changes if self.attempts == 1 else None
+        if self._handed_out:
+            return None
+        self._handed_out = True
+        return self._changes
 
     def check(self, snap: ManifestSnapshot) -> None:
         """Raise if what the operation read moved in ``snap``."""
@@ -400,6 +406,7 @@ class CommitProducer:
         """One attempt on ``snap`` (:meth:`Manifest.update`'s mutation: this is the rebase)."""
         self.attempts += 1
         self.rows_changed = False
+        faults.checkpoint("before_batch_check")
         if self.batch_published(snap):
             return None, []
         self.check(snap)
