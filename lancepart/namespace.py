@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # the types of what the engine methods return (optional depen
     import polars
     import pyarrow.dataset
 
-SCHEMA_KEY = "schema"
+SCHEMA_KEY = _ids.SCHEMA_KEY
 SPEC_KEY_PREFIX = _ids.SPEC_KEY_PREFIX
 _PLAN_CACHE = 64  # scan plans a handle keeps per snapshot (filter -> kept partitions)
 _DATASET_CACHE = 1024  # partition tables a handle keeps open for searches
@@ -722,20 +722,21 @@ class PartitionedNamespace:
         """Run the DataFusion SQL ``query`` with the namespace as ``table`` and return the
         ``datafusion.DataFrame`` (``.to_arrow_table()``, ``.to_pandas()``, ...). The predicate the
         query applies to ``table`` prunes partitions through ``__manifest`` before anything is
-        read; DataFusion then runs the whole query. Queries only (SELECT / WITH): DDL, DML and
-        statements (``COPY``, ``CREATE``, ``INSERT``, ``DROP``, ``SET``, ...) are
-        :class:`InvalidArgumentError` and nothing of them runs. ``ctx``: a ``SessionContext`` of
-        yours whose tables and UDFs the query may use; the namespace is ``table`` in it only while
-        the query is planned, and it keeps the tables it had (one of its own named ``table``
-        included).
+        read; DataFusion then runs the whole query, the kept tables streamed into it when the
+        DataFrame is collected (it reads the snapshot of this call, docs/reading.md). Queries
+        only (SELECT / WITH): DDL, DML and statements (``COPY``, ``CREATE``, ``INSERT``,
+        ``DROP``, ``SET``, ...) are :class:`InvalidArgumentError` and nothing of them runs.
+        ``ctx``: a ``SessionContext`` of yours whose tables and UDFs the query may use; the
+        namespace is ``table`` in it only while the query is planned, and it keeps the tables it
+        had (one of its own named ``table`` included).
 
         >>> ns.sql("SELECT country, sum(amount) AS amount FROM events WHERE event_date = DATE '2025-12-10' "
         ...        "GROUP BY country ORDER BY country", table="events").to_arrow_table().to_pylist()
         [{'country': 'DE', 'amount': 5.5}, {'country': 'US', 'amount': 30.0}]
         """
-        from lancepart.read.engines import sql
+        from lancepart.read.sql import sql
 
-        return sql(self, query, table, ctx)
+        return sql(self._pinned(), query, table, ctx)
 
     @keyword_only()
     @public_operation("changes", publishes=False)

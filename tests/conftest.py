@@ -117,6 +117,22 @@ def create_events_ns(root: str):
     return PartitionedNamespace.create(root, schema.set(0, schema.field("id").with_nullable(False)), EVENTS_SPEC)
 
 
+@pytest.fixture
+def opened(monkeypatch) -> list[str]:
+    """The object ids of the partition tables opened while the test runs."""
+    from lancepart.read import snapshot
+
+    seen: list[str] = []
+    real = snapshot.open_published
+
+    def counting(root, info, storage_options=None):
+        seen.append(info.object_id)
+        return real(root, info, storage_options)
+
+    monkeypatch.setattr(snapshot, "open_published", counting)
+    return seen
+
+
 def copy_ns(template: str, dest):
     """A copy of the namespace at ``template`` (a module's prepared one) at ``dest``, opened."""
     import shutil

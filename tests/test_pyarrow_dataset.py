@@ -62,22 +62,6 @@ def written(tmp_path_factory):
     return ns, ns.to_table()
 
 
-@pytest.fixture
-def opened(monkeypatch) -> list[str]:
-    """The object ids of the partition tables opened while the test runs."""
-    from lancepart.read import snapshot
-
-    seen: list[str] = []
-    real = snapshot.open_published
-
-    def counting(root, info, storage_options=None):
-        seen.append(info.object_id)
-        return real(root, info, storage_options)
-
-    monkeypatch.setattr(snapshot, "open_published", counting)
-    return seen
-
-
 def ids(table: pa.Table) -> list[int]:
     return sorted(table.column("id").to_pylist())
 

@@ -192,7 +192,7 @@ SQL = [
 
 @pytest.mark.parametrize(("query", "pruned_on"), SQL)
 def test_datafusion_sql_prunes_through_manifest_and_equals_the_oracle(written, query, pruned_on):
-    from lancepart.read.engines import scan_predicate
+    from lancepart.read.sql import scan_predicates
 
     ns, data = written
     ctx = datafusion.SessionContext()
@@ -202,7 +202,7 @@ def test_datafusion_sql_prunes_through_manifest_and_equals_the_oracle(written, q
 
     probe = datafusion.SessionContext()
     probe.register_record_batches("events", [[pa.RecordBatch.from_pylist([], schema=ns.schema)]])
-    predicate = scan_predicate(probe.sql(query).optimized_logical_plan(), "events")
+    predicate = scan_predicates(probe.sql(query).optimized_logical_plan(), "events")[0]
     if "JOIN" in query:  # a table scanned twice: the OR of both scans' predicates
         assert "event_date" in predicate and "country" in predicate and " OR " in predicate, predicate
     elif pruned_on is None:

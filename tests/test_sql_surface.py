@@ -13,7 +13,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
-from lancepart.read.engines import scan_predicate
+from lancepart.read.sql import scan_predicates
 from lancepart.util.sample import demo_events
 from tests.conftest import create_events_ns
 
@@ -121,7 +121,7 @@ def test_a_query_sees_the_tables_and_udfs_of_the_callers_context(written):
 
     probe = caller_ctx()
     probe.register_record_batches("events", [[pa.RecordBatch.from_pylist([], schema=ns.schema)]])
-    predicate = scan_predicate(probe.sql(JOIN).optimized_logical_plan(), "events")
+    predicate = scan_predicates(probe.sql(JOIN).optimized_logical_plan(), "events")[0]
     assert "event_date" in predicate
     assert len(ns.partitions(predicate)) < len(ns.partitions())
 
@@ -179,7 +179,7 @@ def test_row_value_in_answers_as_datafusion(written):
 
     probe = datafusion.SessionContext()
     probe.register_record_batches("t", [[pa.RecordBatch.from_pylist([], schema=ns.schema)]])
-    predicate = scan_predicate(probe.sql(queries[2]).optimized_logical_plan(), "t")
+    predicate = scan_predicates(probe.sql(queries[2]).optimized_logical_plan(), "t")[0]
     assert predicate is not None and "event_date" in predicate and "struct" not in predicate.lower(), predicate
     assert len(ns.partitions(predicate)) < len(ns.partitions())
 
@@ -210,6 +210,6 @@ def test_a_zoned_timestamp_literal_prunes_as_the_instant_it_names(tmp_path):
         assert rows(ns.sql(query).to_arrow_table()) == expected, where
         probe = datafusion.SessionContext()
         probe.register_record_batches("t", [[pa.RecordBatch.from_pylist([], schema=ns.schema)]])
-        predicate = scan_predicate(probe.sql(query).optimized_logical_plan(), "t")
+        predicate = scan_predicates(probe.sql(query).optimized_logical_plan(), "t")[0]
         assert predicate is not None and "AS TIMESTAMP" not in predicate, predicate
         assert len(ns.partitions(predicate)) < len(ns.partitions()), predicate

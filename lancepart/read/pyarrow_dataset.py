@@ -63,7 +63,7 @@ class NamespaceDataset(pds.Dataset):
         self._source_schema = projected(ns.schema, columns)
         self._polars = polars
         self._schema = polars_schema(self._source_schema) if polars else self._source_schema
-        self._expression = _check_expression(expression)
+        self._expression = check_expression(expression)
         # the filter is checked now; its plan (the snapshot's, which never changes) serves every scan
         # the Expression does not narrow (listing every partition of a large namespace costs ms)
         self._base_plan = ns.scan_plan(self._sql)
@@ -99,7 +99,7 @@ class NamespaceDataset(pds.Dataset):
     # ------------------------------------------------------------------ reading
     def filter(self, expression: pc.Expression) -> NamespaceDataset:
         """A dataset whose scans also apply ``expression`` (ANDed with what it applies already)."""
-        expression = _check_expression(expression)
+        expression = check_expression(expression)
         if expression is None:
             raise invalid("expression", expression, "a pyarrow.compute.Expression")
         combined = expression if self._expression is None else self._expression & expression
@@ -115,7 +115,7 @@ class NamespaceDataset(pds.Dataset):
         """A pyarrow Scanner of the rows matching ``filter`` (a pyarrow Expression, ANDed with the
         dataset's filters), projected on ``columns`` (names, or ``{name: Expression}``). The
         filter prunes partitions as far as it translates to SQL and is applied by pyarrow."""
-        expression = _check_expression(filter)
+        expression = check_expression(filter)
         if self._expression is not None:
             expression = self._expression if expression is None else self._expression & expression
         size = check_int("batch_size", batch_size, minimum=1, optional=True)
@@ -237,7 +237,7 @@ class NamespaceDataset(pds.Dataset):
         return pa.RecordBatchReader.from_batches(target, (b.cast(target) for b in reader))
 
 
-def _check_expression(value: Any) -> pc.Expression | None:
+def check_expression(value: Any) -> pc.Expression | None:
     if value is not None and not isinstance(value, pc.Expression):
         raise invalid("filter", value, "a pyarrow.compute.Expression or None")
     return value
