@@ -230,3 +230,74 @@ def test_a_rollback_that_moves_rows_back_between_tables_reports_only_real_change
     assert deleted == sorted((r["id"], 12345.0) for r in changed.to_pylist())
     assert inserted == sorted((r["id"], r["amount"]) for r in data.slice(30, 5).to_pylist())
     assert sorted(ns.to_table().column("id").to_pylist()) == sorted(data.column("id").to_pylist())
+
+
+@pytest.fixture
+def deleted_twice(tmp_path):
+    """A namespace with a sparse delete (array deletion files) then a dense one (bitmap files:
+    Lance writes one from about 5 000 deleted rows in a fragment)."""
+    root = str(tmp_path / "ns")
+    ns = create_events_ns(root)
+    ns.write(demo_events(40_000, seed=21, days=1))  # 4 tables of about 10 000 rows
+    ns.delete("id % 50 = 3")
+    ns.delete("id % 3 <> 0")
+    return root
+
+
+def test_deletes_are_read_from_the_deletion_files_and_taken_not_scanned(deleted_twice, monkeypatch):
+    """The rows a delete removed come from comparing the fragments' deletion files (array and
+    bitmap) at the two versions, then one take per table of those rows: no fragment is scanned."""
+    import lance
+
+    scans, takes = [], []
+    real_scanner, real_take = lance.LanceDataset.scanner, lance.LanceDataset._take_rows
+    monkeypatch.setattr(lance.LanceDataset, "scanner", lambda self, *a, **k: scans.append(self.uri)
+                        or real_scanner(self, *a, **k))
+    monkeypatch.setattr(lance.LanceDataset, "_take_rows", lambda self, *a, **k: takes.append(self.uri)
+                        or real_take(self, *a, **k))
+    ns = PartitionedNamespace.open(deleted_twice)
+    kinds = {f.metadata.deletion_file.file_type for p in ns.partitions()
+             for f in lance.dataset(f"{ns.root}/{p.location}", version=p.read_version).get_fragments()}
+    assert kinds == {"bitmap"}
+    kinds_before = {f.metadata.deletion_file.file_type for p in PartitionedNamespace.open(
+        deleted_twice, version=ns.manifest_version - 1).partitions()
+        for f in lance.dataset(f"{ns.root}/{p.location}", version=p.read_version).get_fragments()}
+    assert kinds_before == {"array"}
+    scans.clear()
+    feed = ns.changes(ns.manifest_version - 2).read_all()
+    tables = [u for u in scans if not u.endswith("__manifest")]
+    assert tables == [] and len(takes) == 2 * len(ns.partitions())
+    for v in (ns.manifest_version - 1, ns.manifest_version):
+        check_commit(deleted_twice, v, feed)
+    left = ns.to_table(columns=["id"]).num_rows
+    assert Counter(feed.column("_change_type").to_pylist()) == Counter(delete=40_000 - left)
+
+
+def test_a_deletion_file_lancepart_does_not_read_is_compared_through_lance(deleted_twice, monkeypatch):
+    from lancepart.storage import deletion_files
+
+    ns = PartitionedNamespace.open(deleted_twice)
+    read_by_lancepart = ns.changes(ns.manifest_version - 2).read_all()
+    monkeypatch.setattr(deletion_files, "deleted_offsets", lambda *a, **k: None)
+    through_lance = ns.changes(ns.manifest_version - 2).read_all()
+    assert as_rows(through_lance) == as_rows(read_by_lancepart)
+    for v in (ns.manifest_version - 1, ns.manifest_version):
+        check_commit(deleted_twice, v, through_lance)
+
+
+@pytest.mark.parametrize("on", [["x"], ["x", "p"]])
+def test_merge_on_float_keys_pairs_images_as_the_merge_compared_them(tmp_path, on):
+    """-0.0 and 0.0 are one key and NaN equals NaN, as the merge compares keys (docs/merge.md): an
+    updated row is an update_preimage and an update_postimage, whether one key column (paired by
+    hash lookups) or several (by a join)."""
+    schema = pa.schema([pa.field("x", pa.float64(), nullable=False), pa.field("p", pa.int64(), nullable=False),
+                        pa.field("v", pa.int64())])
+    spec = {"id": 1, "fields": [{"field_id": "p", "source_ids": [1], "transform": {"type": "identity"},
+                                 "result_type": {"type": "int64"}}]}
+    ns = PartitionedNamespace.create(str(tmp_path / "floats"), schema, spec)
+    ns.write(pa.table({"x": [-0.0, 1.0, float("nan"), 2.5], "p": [1, 1, 1, 1], "v": [1, 2, 3, 4]}, schema=schema))
+    ns.merge(pa.table({"x": [0.0, float("nan"), 3.0], "p": [1, 1, 1], "v": [10, 30, 50]}, schema=schema), on=on)
+    feed = ns.changes(ns.manifest_version - 1).read_all()
+    got = Counter((r["_change_type"], r["v"]) for r in feed.to_pylist())
+    assert got == Counter({("update_preimage", 1): 1, ("update_postimage", 10): 1, ("update_preimage", 3): 1,
+                           ("update_postimage", 30): 1, ("insert", 50): 1})

@@ -79,6 +79,31 @@ def test_delete_across_partitions_in_one_publish(ns):
     assert ns.verify().ok
 
 
+def test_the_filter_is_evaluated_once_for_many_tables_and_rows_go_by_offset(ns, monkeypatch):
+    """One DataFusion evaluation of the filter for all the tables (each table's filter columns
+    scanned, then evaluated together), not one per table; the matching rows get deletion files
+    by their offsets, no predicate scanned again by Lance. The rows left are exactly the others,
+    in tables holding two fragments each."""
+    from lancepart.read import snapshot
+
+    evaluations, by_predicate = [], []
+    real_apply = snapshot.apply_filter
+    monkeypatch.setattr(snapshot, "apply_filter", lambda t, f: evaluations.append(t.num_rows) or real_apply(t, f))
+    real_delete = lance.fragment.LanceFragment.delete
+    monkeypatch.setattr(lance.fragment.LanceFragment, "delete",
+                        lambda self, p: by_predicate.append(p) or real_delete(self, p))
+    before = published_rows(ns.root)
+    result = ns.delete("user_id % 3 = 1")
+    tables = len(result.details["tables"])
+    assert tables == len(ns.partitions()) > 5
+    assert len(evaluations) == 1 and evaluations[0] == before.num_rows
+    assert by_predicate == []
+    kept = before.filter(pc.not_equal(pc.remainder(before["user_id"], 3), 1))
+    assert ids(published_rows(ns.root)) == ids(kept)
+    assert result.details["rows_deleted"] == before.num_rows - kept.num_rows
+    assert ns.verify().ok
+
+
 def test_a_partition_filter_and_a_whole_table_delete(ns):
     """Every row of the day-1 tables matches: their versions hold no row; other days keep theirs."""
     before = published_rows(ns.root)
@@ -336,3 +361,16 @@ def test_a_compaction_planned_before_the_delete_does_not_resurrect_rows(ns):
     finish_compaction(ns.manifest, plan, rewrites, started=time.monotonic(), phases={}, failures=failures)
     assert ids(published_rows(ns.root)) == [i for i in ids(before) if i % 2]
     assert_read_versions_only_increase(ns.refresh())
+
+
+def test_a_column_named_like_the_owner_column_is_still_the_users(tmp_path):
+    """Evaluating many tables together tags each scanned row with its table in a column of its
+    own; a namespace column of that name is left to the filter that names it."""
+    schema = pa.schema([pa.field("k", pa.int64()), pa.field("__lp_table", pa.int64())])
+    spec = {"id": 1, "fields": [{"field_id": "k", "source_ids": [0], "transform": {"type": "identity"},
+                                 "result_type": {"type": "int64"}}]}
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, spec)
+    ns.write(pa.table({"k": [1, 1, 2, 2, 3], "__lp_table": [7, 0, 7, 0, 7]}, schema=schema))
+    result = ns.delete("__lp_table = 7")
+    assert result.details["rows_deleted"] == 3
+    assert sorted(ns.to_table().column("k").to_pylist()) == [1, 2]

@@ -266,3 +266,77 @@ def test_spark_writes_new_tables_in_the_namespace_version_and_appends_in_their_o
     assert all(final[oid] == after[oid] for oid in after), final
     assert set(final) > set(after) and all(final[oid] == {"2.2"} for oid in set(final) - set(after)), final
     assert spark.read.format("lancepart").load(ns.root).count() == 1000
+
+
+# --------------------------------------------------------------------------- small-table encoding
+def string_encodings(root: str) -> dict[str, tuple[dict, set[str]]]:
+    """object_id -> (the ``country`` field's metadata in the table's schema, the compressions its
+    data files used for it: ``Fsst`` / ``General`` as Lance's page encodings name them)."""
+    import re
+
+    from lance.file import LanceFileReader
+
+    out = {}
+    for r in lance.dataset(join_uri(root, "__manifest")).to_table().to_pylist():
+        if r["object_type"] != "table":
+            continue
+        ds = lance.dataset(join_uri(root, r["location"]), version=r["read_version"])
+        col = ds.schema.get_field_index("country")
+        used = set()
+        for fr in ds.get_fragments():
+            for f in fr.metadata.files:
+                md = LanceFileReader(os.path.join(ds.uri, "data", f.path)).metadata()
+                for page in md.columns[col].pages:
+                    used |= set(re.findall(r"\b(Fsst|General|Zstd|Lz4)\b", str(page.encoding)))
+        out[r["object_id"]] = (dict(ds.schema.field("country").metadata or {}), used)
+    return out
+
+
+def _countries(rows: pa.Table) -> pa.Table:
+    """``rows`` with random 40-character countries: strings FSST compresses when it may."""
+    import numpy as np
+
+    hexs = pa.array([os.urandom(20).hex() for _ in range(500)])
+    pick = pa.array(np.random.default_rng(3).integers(0, 500, rows.num_rows))
+    return rows.set_column(rows.schema.get_field_index("country"), "country", hexs.take(pick))
+
+
+def test_small_new_tables_store_strings_uncompressed_and_so_do_their_appends(ns, monkeypatch):
+    """A partition table created with fewer than SMALL_TABLE_ROWS rows stores its string
+    columns without compression (the field says ``lance-encoding:compression=none``), and Lance
+    writes the rows appended to it the same way; one created larger keeps Lance's choice. What
+    readers see does not change: the namespace schema and its field metadata, nothing more."""
+    from lancepart.evolution import file_format
+
+    monkeypatch.setattr(file_format, "SMALL_TABLE_ROWS", 500)
+    big = _countries(demo_events(4_000, seed=1, days=1))  # 4 tables of about 1 000 rows
+    small = _countries(demo_events(200, seed=2, start_id=5_000, days=2).filter(
+        pa.compute.not_equal(demo_events(200, seed=2, start_id=5_000, days=2)["event_date"], DEMO_START)))
+    ns.write(big)
+    ns.write(small)
+    enc = string_encodings(ns.root)
+    none = {b"lance-encoding:compression": b"none"}
+    created_small = {o for o, (md, _) in enc.items() if md == none}
+    assert created_small and len(created_small) < len(enc), enc
+    for oid, (md, used) in enc.items():
+        if oid in created_small:
+            assert not used, (oid, used)
+        else:  # created with 500 rows or more: Lance compresses the strings
+            assert md == {} and used & {"Fsst", "General"}, (oid, md, used)
+    ns.write(_countries(demo_events(200, seed=4, start_id=9_000, days=2)))  # appends to both kinds
+    after = string_encodings(ns.root)
+    assert all(not after[o][1] for o in created_small), after
+    got = ns.to_table()
+    assert got.schema.equals(ns.schema, check_metadata=True), got.schema
+    assert got.num_rows == 4_000 + small.num_rows + 200
+
+
+@pytest.mark.spark
+def test_spark_creates_small_tables_with_uncompressed_strings(spark, ns):
+    from lancepart import spark as lps
+    from tests.test_spark_write import to_df
+
+    lps.write(to_df(spark, _countries(demo_events(400, seed=1, days=2))), ns.root)
+    enc = string_encodings(ns.root)
+    assert enc and all(md == {b"lance-encoding:compression": b"none"} and not used for md, used in enc.values()), enc
+    assert lps.read(spark, ns.root).count() == 400

@@ -87,7 +87,7 @@ def _published_ids(root: str, manifest_version: int | None = None) -> list[int]:
 
 def test_writers_compactor_cleaner_and_kill9(ns, tmp_path: Path, stress: bool):
     root = ns.root
-    duration = 300.0 if stress else 35.0
+    duration = 300.0 if stress else 20.0
     rng = random.Random(11)
     stop = tmp_path / "stop"
     next_batch = 0

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import date, datetime
 from pathlib import Path
 
 import lance
@@ -634,3 +635,37 @@ def test_a_merge_evaluated_again_publishes_its_new_tables_with_their_declared_in
     assert [p for p in ns.refresh().verify().problems if p.kind == "index_missing"] == []
     assert sorted(ns.to_table("id = 90000 OR amount = 777.0").column("id").to_pylist()) == sorted(
         update.column("id").to_pylist())
+
+
+KEY_CASES = {  # input keys (never NULL), published keys (a NULL among them matches nothing)
+    "int64": (pa.array([5, 3, 9, -1], pa.int64()), pa.array([9, 4, None, 3, -1, 5], pa.int64())),
+    "int8 and a NULL where 0 is a key": (pa.array([5, 0], pa.int8()), pa.array([0, None, 5, 1], pa.int8())),
+    "uint64 beyond int64": (pa.array([2**64 - 1, 0], pa.uint64()), pa.array([0, 2**63, 2**64 - 1, None], pa.uint64())),
+    "float64 -0.0 and NaN": (pa.array([0.0, float("nan"), 2.5]), pa.array([-0.0, float("nan"), 2.5, None, 3.0])),
+    "float32": (pa.array([1.5, float("nan")], pa.float32()), pa.array([float("nan"), 1.5, -1.0], pa.float32())),
+    "date32 and the epoch": (pa.array([date(2025, 1, 2), date(1970, 1, 1)]),
+                             pa.array([date(2025, 1, 2), date(2025, 1, 3), None])),
+    "timestamp": (pa.array([datetime(2025, 1, 2, 3)], pa.timestamp("us", "UTC")),
+                  pa.array([datetime(2025, 1, 2, 3), None], pa.timestamp("us", "UTC"))),
+    "bool": (pa.array([True, False]), pa.array([False, True, None])),
+    "string (Arrow's lookup)": (pa.array(["a", "b"]), pa.array(["b", None, "c", "a"])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KEY_CASES))
+def test_key_lookup_by_binary_search_equals_arrows_set_lookup(case):
+    """The input keys sorted once and each table's keys found by binary search match exactly the
+    rows (and input row numbers) Arrow's set lookup matches, with the merge's key equality
+    (-0.0 = 0.0, NaN = NaN, a NULL published key matches nothing)."""
+    from lancepart.model.keys import comparable_keys
+    from lancepart.write.merge import _ADDR, _ROW, KeyLookup
+
+    inp, pub = KEY_CASES[case]
+    keys = comparable_keys(pa.table({"k": inp}), ["k"]).append_column(_ROW, pa.array(range(len(inp)), pa.int64()))
+    published = comparable_keys(pa.table({"k": pub, _ADDR: pa.array(range(len(pub)), pa.uint64())}), ["k"])
+    lookup = KeyLookup(keys, ["k"])
+    assert (lookup.sorted is not None) == (case != "string (Arrow's lookup)")
+    got = lookup.find(published).select([_ADDR, _ROW]).to_pylist()
+    lookup.sorted = None  # Arrow's set lookup
+    assert got == lookup.find(published).select([_ADDR, _ROW]).to_pylist()
+    assert got  # something matched

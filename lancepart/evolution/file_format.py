@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 import lance
+import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from lancepart.errors import ConfigError, InvalidArgumentError
@@ -34,6 +35,45 @@ DEFAULT_DATA_STORAGE_VERSION = "2.2"
 # explicit stable versions only: "stable" / "next" move with pylance, "2.3" and above are
 # unstable development formats, and "legacy" (0.x) is deprecated by Lance
 DATA_STORAGE_VERSIONS = ("2.0", "2.1", "2.2")
+
+# The string encoding of small tables. Lance 2.1 / 2.2 choose and apply a compression per page
+# (FSST, then a general-purpose compressor in 2.2); on the pages of a small table that fixed work
+# is most of the write (a string column of a 1 000-row table writes about 4 times slower than
+# uncompressed). A Lance table encodes every later append, and the files a compaction rewrites,
+# as its own field metadata says, so the choice is made when a table is created: a partition
+# table created with fewer rows than SMALL_TABLE_ROWS stores its string and binary columns
+# without compression (``lance-encoding:compression=none`` on the field), one created larger
+# keeps Lance's choice. Measured on 1 M rows into 1 000 tables (docs/file-format.md): the write
+# 1.9 times faster, the strings about a third larger, full scans as fast.
+SMALL_TABLE_ROWS = 100_000
+COMPRESSION_KEY = "lance-encoding:compression"
+
+
+def _textual(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t))
+
+
+def small_table_encoding(schema: pa.Schema, rows: int) -> pa.Schema:
+    """``schema`` for a new partition table created with ``rows`` rows: fewer than
+    :data:`SMALL_TABLE_ROWS`, its top-level string and binary columns stored uncompressed; a
+    compression a field already names is kept.
+
+    >>> s = small_table_encoding(pa.schema([("id", pa.int64()), ("s", pa.utf8())]), 1_000)
+    >>> s.field("s").metadata, s.field("id").metadata
+    ({b'lance-encoding:compression': b'none'}, None)
+    >>> small_table_encoding(pa.schema([("s", pa.utf8())]), 1_000_000).field("s").metadata is None
+    True
+    """
+    if rows >= SMALL_TABLE_ROWS:
+        return schema
+    fields = []
+    for f in schema:
+        md = dict(f.metadata or {})
+        if _textual(f.type) and COMPRESSION_KEY.encode() not in md:
+            f = f.with_metadata({**md, COMPRESSION_KEY.encode(): b"none"})
+        fields.append(f)
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def check_data_storage_version(value: object) -> str:
@@ -96,7 +136,7 @@ def set_data_storage_version(root: str | os.PathLike[str], version: str,
 
     def change(snap):
         if value == "2.0":
-            from lancepart.evolution.schema_evolution import SCHEMA_KEY
+            from lancepart.model.ids import SCHEMA_KEY
             from lancepart.model.spec import schema_from_json
 
             raw = snap.metadata.get(SCHEMA_KEY)

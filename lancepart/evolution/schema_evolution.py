@@ -41,6 +41,7 @@ from lancepart.errors import (
     SchemaMismatchError,
 )
 from lancepart.model.constraints import check_still_valid
+from lancepart.model.ids import SCHEMA_KEY
 from lancepart.model.spec import (
     FIELD_ID_KEY_BYTES,
     _walk,
@@ -55,7 +56,6 @@ from lancepart.util import faults
 
 log = logging.getLogger("lancepart.schema")
 
-SCHEMA_KEY = "schema"
 #: Root property: the highest ``lance:field_id`` ever given in this namespace (never reused).
 MAX_FIELD_ID_KEY = "lancepart.max_field_id"
 #: Root property: ``{column name: field id}`` of the schema before its first change: how a
@@ -266,12 +266,17 @@ def update_schema(manifest: Manifest, add: Sequence[pa.Field] | None = None, ren
 # --------------------------------------------------------------------------- partition tables
 
 
-def table_schema(schema: pa.Schema) -> pa.Schema:
+def table_schema(schema: pa.Schema, rows: int | None = None) -> pa.Schema:
     """The Arrow schema a new partition table is created with: the namespace schema plus the
-    record of its columns' field ids (:data:`TABLE_FIELD_IDS_KEY`)."""
+    record of its columns' field ids (:data:`TABLE_FIELD_IDS_KEY`); given the ``rows`` it is
+    created with, also the string encoding of its size
+    (:func:`lancepart.evolution.file_format.small_table_encoding`)."""
+    from lancepart.evolution.file_format import small_table_encoding
+
     md = dict(schema.metadata or {})
     md[TABLE_FIELD_IDS_KEY] = json.dumps(name_ids(schema), separators=(",", ":"), sort_keys=True).encode()
-    return schema.with_metadata(md)
+    out = schema.with_metadata(md)
+    return out if rows is None else small_table_encoding(out, rows)
 
 
 def table_field_ids(table: pa.Schema, namespace_md: Mapping[str, str], schema: pa.Schema) -> dict[str, int]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -42,7 +42,7 @@ from lancepart.storage.manifest import (
     ROWS_REMOVED_PROPERTY,
     ManifestSnapshot,
 )
-from lancepart.write.deletions import ApplyTables, delete_in_table
+from lancepart.write.deletions import ApplyTables, delete_in_table, matching_addresses_of_tables
 from lancepart.write.publish import Made, TableChange, TableWork, publish_changes
 
 if TYPE_CHECKING:
@@ -110,6 +110,8 @@ class _Delete:
         self.whole: dict[str, bool] = {}  # object_id -> every row of the table matches
         self.evaluated: dict[str, Any] = {}  # per table, what the last attempt found: a rebase reads only what changed
         self.decided: dict[str, tuple[bool, bool]] = {}  # object_id -> (the pruner keeps it, every row matches)
+        # (object_id, location, published version) -> addresses of its matching rows, found with other tables'
+        self.matched: dict[tuple[str, str, int], Any] = {}
 
     def plan(self, snap: ManifestSnapshot) -> list[TableChange]:
         """One change per table of ``snap`` that may hold matching rows."""
@@ -127,7 +129,37 @@ class _Delete:
                     f"branch={r['read_branch']!r} tag={r['read_tag']!r}; lancepart deletes on main only; unpin it "
                     f"first or narrow the filter; nothing was published")
             self.whole[r["object_id"]] = self.decided[r["object_id"]][1]
+        if self.apply_tables is None:
+            self._match_together(rows)
         return [self._change(r["object_id"]) for r in rows]
+
+    def _match_together(self, rows: list[dict[str, Any]]) -> None:
+        """The matching rows of every table this delete has not evaluated yet, found with one
+        DataFusion evaluation per group of tables (:func:`matching_addresses_of_tables`) rather
+        than one per table; kept per (table, published version) for its table commit."""
+        from lancepart.model.ids import check_location
+        from lancepart.storage.lance_io import open_table
+        from lancepart.storage.manifest import join_uri
+
+        todo = [r for r in rows if not self.whole[r["object_id"]]
+                and f"{r['object_id']}@{r['location']}" not in self.evaluated
+                and (r["object_id"], r["location"], r["read_version"]) not in self.matched]
+        if len(todo) < 2:
+            return
+        root, so = self.manifest.root, self.manifest.storage_options
+
+        def opener(r: dict[str, Any]) -> Callable[[], Any]:
+            uri = join_uri(root, check_location(r["location"], r["object_id"], root))
+            return lambda: open_table(uri, version=r["read_version"], storage_options=so, reuse=True)
+
+        try:
+            tables = [((r["object_id"], r["location"], r["read_version"]), opener(r)) for r in todo]
+            found = matching_addresses_of_tables(tables, self.schema, self.filter, self.scan["filter"])
+        except Exception as e:  # an optimisation only: each table's commit evaluates it again and raises
+            # what it finds there, typed and named as a delete's errors are
+            log.debug("delete %r: evaluating the tables together failed (%s); one table at a time", self.filter, e)
+            return
+        self.matched.update(found)
 
     def _decide(self, pins: pa.Table) -> None:
         """Prune the tables of ``pins`` not decided yet: a table's partition values never change, so
@@ -153,7 +185,8 @@ class _Delete:
 
         def commit(published: int | None, location: str) -> Made:
             d = delete_in_table(manifest.root, oid, location, published, self.schema, self.filter, self.scan["filter"],
-                                manifest.storage_options, whole=self.whole[oid], cache=self.evaluated)
+                                manifest.storage_options, whole=self.whole[oid], cache=self.evaluated,
+                                matched=self.matched.pop((oid, location, published), None))
             return Made(oid, published, d.version, info=d)
 
         return TableChange(oid, commit=commit)

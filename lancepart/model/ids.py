@@ -24,6 +24,8 @@ _ID_SPACE = 36**ID_LENGTH
 
 #: Root property of each partition spec version: ``partition_spec_v<N>``.
 SPEC_KEY_PREFIX = "partition_spec_v"
+#: Root property: the namespace schema (JSON).
+SCHEMA_KEY = "schema"
 
 
 def spec_namespace(spec_id: int) -> str:

@@ -148,9 +148,9 @@ def _deletion(frag: Any) -> Any:
     return None if d is None else (d.id, d.read_version, d.file_type)
 
 
-def _live_addresses(ds: lance.LanceDataset, frag: Any) -> pa.Array:
+def _live_addresses(ds: lance.LanceDataset, frag: Any) -> np.ndarray:
     t = ds.scanner(columns=[], with_row_address=True, fragments=[frag]).to_table()
-    return t.column("_rowaddr").combine_chunks()
+    return t.column("_rowaddr").to_numpy().astype(np.uint64)
 
 
 def _deleted_rows(frag: Any) -> int:
@@ -173,15 +173,28 @@ class _TableReader:
         if self.ds is not None and not is_current(self.ds.schema, namespace_md, schema):
             self.mapping = source_columns(self.ds.schema, namespace_md, schema, read_schema.names)
         self.uri = join_uri(root, info.location)
+        self.so = so
+
+    def deleted(self, frag: Any) -> np.ndarray | None:
+        """The row addresses ``frag`` marks deleted in this version, sorted, from its deletion
+        file (no column read); None when that file is not one lancepart reads itself."""
+        from lancepart.storage.deletion_files import deleted_offsets
+        from lancepart.storage.error_mapping import storage_errors
+
+        with storage_errors(self.uri, table=self.info.object_id, reading=True):
+            offsets = deleted_offsets(self.uri, frag.metadata, self.so)
+        if offsets is None:
+            return None
+        return (np.uint64(frag.fragment_id) << np.uint64(32)) | offsets.astype(np.uint64)
 
     def fragments(self) -> dict[tuple[int, str], Any]:
         return {} if self.ds is None else {_key(f): f for f in self.ds.get_fragments()}
 
-    def take(self, frag: Any, addresses: pa.Array) -> pa.Table:
-        """The rows of ``frag`` at row ``addresses`` (live in this version): a take of those rows
-        only, or a scan of the fragment when the table's row ids are not its addresses."""
+    def take(self, frags: Sequence[Any], addresses: pa.Array) -> pa.Table:
+        """The rows of ``frags`` at row ``addresses`` (live in this version): a take of those rows
+        only, or a scan of the fragments when the table's row ids are not its addresses."""
         if self.ds is None or self.ds.has_stable_row_ids or not self.read_schema.names:
-            return self.read([frag], only=addresses)
+            return self.read(frags, only=addresses)
         from lancepart.evolution.schema_evolution import conform
         from lancepart.storage.error_mapping import storage_errors
 
@@ -217,41 +230,85 @@ class _TableReader:
         return t.select(self.read_schema.names).cast(self.read_schema)
 
 
+def _changed_addresses(old: _TableReader, was: Any, new: _TableReader, now: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The row addresses of one fragment (same data files in both versions) deleted in ``now``
+    and live in ``was``, and the reverse: from the two deletion files, or, where lancepart does
+    not read one itself, from the live row addresses Lance lists."""
+    before, after = old.deleted(was), new.deleted(now)
+    if before is not None and after is not None:
+        return np.setdiff1d(after, before, assume_unique=True), np.setdiff1d(before, after, assume_unique=True)
+    live_after, live_before = _live_addresses(new.ds, now), _live_addresses(old.ds, was)
+    return (np.setdiff1d(live_before, live_after, assume_unique=True),
+            np.setdiff1d(live_after, live_before, assume_unique=True))
+
+
+# rows read at once by the feed of one table: fragments are read together up to this many physical
+# rows, and the changed rows of many fragments are taken together in takes of at most this many
+_PIECE_ROWS = 131_072
+
+
+def _groups(frags: Iterable[Any]) -> Iterator[list[Any]]:
+    """``frags`` in runs of at most :data:`_PIECE_ROWS` physical rows (a larger fragment alone):
+    small fragments are read in one Lance scan, and memory still holds about one piece."""
+    group: list[Any] = []
+    rows = 0
+    for f in frags:
+        n = f.metadata.physical_rows or 0
+        if group and rows + n > _PIECE_ROWS:
+            yield group
+            group, rows = [], 0
+        group.append(f)
+        rows += n
+    if group:
+        yield group
+
+
+def _taken(reader: _TableReader, frags: list[Any], addresses: list[np.ndarray]) -> Iterator[pa.Table]:
+    """The rows at ``addresses`` (of ``frags``, live in ``reader``'s version), in takes of at most
+    :data:`_PIECE_ROWS` rows."""
+    if not addresses:
+        return
+    every = np.concatenate(addresses)
+    for start in range(0, len(every), _PIECE_ROWS):
+        yield reader.take(frags, pa.array(every[start:start + _PIECE_ROWS]))
+
+
 def _table_changes(old: _TableReader | None, new: _TableReader | None, *, forward: bool = True
                    ) -> Iterator[tuple[str, pa.Table]]:
-    """``("delete" | "insert", rows)`` pieces between a table's old and new pinned versions, a
-    fragment at a time (memory holds one fragment). ``forward``: the new version descends from
-    the old one (deletion files only grow); a rollback's does not, and each changed fragment is
+    """``("delete" | "insert", rows)`` pieces between a table's old and new pinned versions, about
+    :data:`_PIECE_ROWS` rows at a time (memory holds about one piece). Fragments only in one
+    version are read whole; the changed rows of fragments in both are found from their deletion
+    files and taken, all of a table's in one take. ``forward``: the new version descends from the
+    old one (deletion files only grow); a rollback's does not, and each changed fragment is
     compared both ways."""
     if new is None:
-        for f in old.fragments().values():
-            yield "delete", old.read([f])
+        for group in _groups(old.fragments().values()):
+            yield "delete", old.read(group)
         return
     if old is None:
-        for f in new.fragments().values():
-            yield "insert", new.read([f])
+        for group in _groups(new.fragments().values()):
+            yield "insert", new.read(group)
         return
     was, now = old.fragments(), new.fragments()
-    for k in was:
-        if k not in now:
-            yield "delete", old.read([was[k]])
-    for k in was.keys() & now.keys():
-        if _deletion(was[k]) == _deletion(now[k]):
-            continue
-        # the live row addresses of both versions (Lance reads the deletion files, no column), then
-        # only the rows that changed are taken: a delete of a few rows reads those rows, not the fragment
-        after = _live_addresses(new.ds, now[k])
-        before = _live_addresses(old.ds, was[k])
-        gone = pc.filter(before, pc.invert(pc.is_in(before, value_set=after)))
-        if len(gone):
-            yield "delete", old.take(was[k], gone)
-        if not forward or _deleted_rows(now[k]) < _deleted_rows(was[k]):
-            back = pc.filter(after, pc.invert(pc.is_in(after, value_set=before)))
-            if len(back):
-                yield "insert", new.take(now[k], back)
-    for k in now:
-        if k not in was:
-            yield "insert", new.read([now[k]])
+    for group in _groups(f for k, f in was.items() if k not in now):
+        yield "delete", old.read(group)
+    gone: list[np.ndarray] = []
+    back: list[np.ndarray] = []
+    changed = [k for k in was.keys() & now.keys() if _deletion(was[k]) != _deletion(now[k])]
+    for k in changed:
+        # the rows that changed, from the two deletion files (no column read); only those rows are
+        # taken: a delete of a few rows reads those rows, not the fragment
+        g, b = _changed_addresses(old, was[k], new, now[k])
+        if len(g):
+            gone.append(g)
+        if len(b) and (not forward or _deleted_rows(now[k]) < _deleted_rows(was[k])):
+            back.append(b)
+    for rows in _taken(old, [was[k] for k in changed], gone):
+        yield "delete", rows
+    for rows in _taken(new, [now[k] for k in changed], back):
+        yield "insert", rows
+    for group in _groups(f for k, f in now.items() if k not in was):
+        yield "insert", new.read(group)
 
 
 def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[tuple[pa.Table, str]]:
@@ -259,16 +316,22 @@ def _label(deleted: pa.Table, inserted: pa.Table, on: list[str] | None) -> list[
     rows of a key both deleted and inserted are an update's pre- and post-image."""
     if not on or not deleted.num_rows or not inserted.num_rows or any(c not in deleted.column_names for c in on):
         return [(deleted, "delete"), (inserted, "insert")]
-    from lancepart.model.keys import comparable_keys
+    from lancepart.model.keys import comparable_keys, key_values
 
-    # a key both deleted and inserted, compared as the merge compared it (a join: NULL keys never match)
-    d_rows = pa.array(np.arange(deleted.num_rows, dtype=np.int64))
-    i_rows = pa.array(np.arange(inserted.num_rows, dtype=np.int64))
-    dk = comparable_keys(deleted.select(on), on).append_column("_d", d_rows)
-    ik = comparable_keys(inserted.select(on), on).append_column("_i", i_rows)
-    pairs = dk.join(ik, keys=list(on), join_type="inner")
-    d_upd = pc.is_in(d_rows, value_set=pairs.column("_d").combine_chunks())
-    i_upd = pc.is_in(i_rows, value_set=pairs.column("_i").combine_chunks())
+    # a key both deleted and inserted, compared as the merge compared it (NULL keys never match): a
+    # hash lookup each way for one key column of a flat type, a join for several
+    if len(on) == 1 and not pa.types.is_nested(deleted.schema.field(on[0]).type):
+        dk, ik = (key_values(t.column(on[0]).combine_chunks()) for t in (deleted, inserted))
+        d_upd = pc.is_in(dk, value_set=ik, skip_nulls=True)
+        i_upd = pc.is_in(ik, value_set=dk, skip_nulls=True)
+    else:
+        d_rows = pa.array(np.arange(deleted.num_rows, dtype=np.int64))
+        i_rows = pa.array(np.arange(inserted.num_rows, dtype=np.int64))
+        dk = comparable_keys(deleted.select(on), on).append_column("_d", d_rows)
+        ik = comparable_keys(inserted.select(on), on).append_column("_i", i_rows)
+        pairs = dk.join(ik, keys=list(on), join_type="inner")
+        d_upd = pc.is_in(d_rows, value_set=pairs.column("_d").combine_chunks())
+        i_upd = pc.is_in(i_rows, value_set=pairs.column("_i").combine_chunks())
     return [(deleted.filter(pc.invert(d_upd)), "delete"), (deleted.filter(d_upd), "update_preimage"),
             (inserted.filter(i_upd), "update_postimage"), (inserted.filter(pc.invert(i_upd)), "insert")]
 

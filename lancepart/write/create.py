@@ -31,7 +31,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata, LanceFragment
 
 from lancepart.errors import LancepartError
-from lancepart.evolution.file_format import fragments_data_storage_version
+from lancepart.evolution.file_format import fragments_data_storage_version, small_table_encoding
 from lancepart.model import ids as _ids
 from lancepart.model.spec import PartitionSpec
 from lancepart.storage import lance_io
@@ -53,6 +53,8 @@ def write_new_fragments(data: pa.Table, root: str, location: str, schema: pa.Sch
     uri = join_uri(root, location)
     so = dict(storage_options) if storage_options else None
     step = max(1, max_rows_per_file)
+    schema = small_table_encoding(schema, data.num_rows)
+    data = data.cast(pa.schema(list(schema), metadata=data.schema.metadata))  # the encoding travels with the rows
     return [LanceFragment.create(uri, lance_io.unsliced(data.slice(start, step)), schema=schema, storage_options=so,
                                  data_storage_version=data_storage_version, session=lance_io.session())
             for start in range(0, data.num_rows, step)]
@@ -73,7 +75,7 @@ def create_table(root: str, location: str, schema: pa.Schema, fragments: Sequenc
     so = dict(storage_options) if storage_options else None
     from lancepart.evolution.schema_evolution import table_schema
 
-    target = table_schema(schema)
+    target = table_schema(schema, sum(f.physical_rows or 0 for f in fragments))
     lock = commit_lock(uri, so)
     if "://" not in uri or uri.startswith("file://"):
         return lance.LanceDataset.commit(uri, LanceOperation.Overwrite(target, list(fragments)), storage_options=so,
@@ -94,10 +96,11 @@ def create_table_with(data: pa.Table, root: str, location: str, schema: pa.Schem
     so = dict(storage_options) if storage_options else None
     from lancepart.evolution.schema_evolution import table_schema
 
-    target = table_schema(schema)
-    # Lance keeps the schema metadata of the data, not of ``schema=``: the field-id record must
-    # travel with the rows, or the table is read by the names of the oldest schema
-    ds = lance_io.write_dataset(data.replace_schema_metadata(target.metadata), uri, schema=target, mode="create",
+    target = table_schema(schema, data.num_rows)
+    # Lance keeps the schema and field metadata of the data, not of ``schema=``: the field-id record
+    # and the encoding must travel with the rows, or the table is read by the names of the oldest
+    # schema and written compressed
+    ds = lance_io.write_dataset(data.cast(target), uri, schema=target, mode="create",
                                 max_rows_per_file=max_rows_per_file, storage_options=so,
                                 commit_lock=commit_lock(uri, so), data_storage_version=data_storage_version)
     return [f.metadata for f in ds.get_fragments()], ds.version

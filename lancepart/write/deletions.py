@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -68,16 +68,76 @@ def matching_addresses(ds: lance.LanceDataset, schema: pa.Schema, filter: str, s
     applies it."""
     from lancepart.evolution.schema_evolution import read_columns
     from lancepart.model.predicates import filter_columns
-    from lancepart.read.snapshot import apply_filter
 
     cols = filter_columns(filter, schema)
     # by field id: a table in an older form of the schema names or types a column differently
     view = read_columns(ds, schema, cols, filter=scan_filter, with_row_address=True, fragments=fragments)
+    return _matching(view, filter).column(_ADDR).to_numpy().astype(np.uint64)
+
+
+def _matching(view: pa.Table, filter: str) -> pa.Table:
+    """The rows of ``view`` for which ``filter`` is TRUE (DataFusion, as reads apply it)."""
+    from lancepart.read.snapshot import apply_filter
+
     try:
-        matched = apply_filter(view, filter)
+        return apply_filter(view, filter)
     except InvalidArgumentError as e:
         raise InvalidFilterError(str(e)) from None
-    return matched.column(_ADDR).to_numpy().astype(np.uint64)
+
+
+# rows of the scanned filter columns a delete evaluates in one DataFusion call, across tables
+_MATCH_GROUP_ROWS = 1_000_000
+
+
+def matching_addresses_of_tables(tables: Sequence[tuple[Hashable, Callable[[], lance.LanceDataset]]],
+                                 schema: pa.Schema, filter: str, scan_filter: str | None
+                                 ) -> dict[Hashable, np.ndarray]:
+    """:func:`matching_addresses` of many tables (``(key, a function opening the table)``):
+    each table's filter columns are read as there (on the thread pool), then ``filter`` is
+    applied by DataFusion once per group of tables holding up to :data:`_MATCH_GROUP_ROWS`
+    scanned rows, not once per table (a query costs about a millisecond however few its rows).
+    Tables are opened a few dozen at a time and memory holds one group's scanned columns,
+    whatever the number of tables."""
+    from lancepart.evolution.schema_evolution import read_columns
+    from lancepart.model.predicates import filter_columns
+    from lancepart.util.parallel import map_threads
+
+    cols = filter_columns(filter, schema)
+    out: dict[Hashable, np.ndarray] = {}
+
+    def scan(item: tuple[Hashable, Callable[[], lance.LanceDataset]]) -> pa.Table:
+        return read_columns(item[1](), schema, cols, filter=scan_filter, with_row_address=True)
+
+    owner_column = "__lp_table"
+    while owner_column in schema.names:  # never the name of a column the filter may name
+        owner_column += "_"
+
+    def evaluate(keys: list[Hashable], views: list[pa.Table]) -> None:
+        owner = np.repeat(np.arange(len(keys)), [v.num_rows for v in views])
+        matched = _matching(pa.concat_tables(views).append_column(owner_column, pa.array(owner, pa.int64())), filter)
+        which = matched.column(owner_column).to_numpy()
+        addr = matched.column(_ADDR).to_numpy().astype(np.uint64)
+        order = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[order], np.arange(len(keys) + 1))
+        for i, key in enumerate(keys):
+            out[key] = addr[order[bounds[i]:bounds[i + 1]]]
+
+    group_size = 32  # tables scanned at once; their views are evaluated once the group's rows add up
+    keys: list[Hashable] = []
+    views: list[pa.Table] = []
+    rows = 0
+    for start in range(0, len(tables), group_size):
+        chunk = tables[start:start + group_size]
+        for (key, _), view in zip(chunk, map_threads(scan, chunk), strict=True):
+            keys.append(key)
+            views.append(view)
+            rows += view.num_rows
+        if rows >= _MATCH_GROUP_ROWS:
+            evaluate(keys, views)
+            keys, views, rows = [], [], 0
+    if keys:
+        evaluate(keys, views)
+    return out
 
 
 def address_predicate(addr: np.ndarray) -> str:
@@ -110,7 +170,9 @@ def deletion_files(ds: lance.LanceDataset, addr: np.ndarray) -> tuple[list[Fragm
         if count == fragment.count_rows():  # every live row matches: the fragment goes, no deletion file
             removed.append(frag_id)
             continue
-        md = fragment.delete(address_predicate(addr[start:start + count]))
+        # by offset (Lance adds them to the fragment's deletion file): no predicate scanned over the fragment
+        offsets = (addr[start:start + count] & np.uint64(0xFFFFFFFF)).tolist()
+        md = fragment.delete_rows(offsets)
         if md is None:
             removed.append(frag_id)
         else:
@@ -155,13 +217,15 @@ class Evaluated:
 
 
 def _evaluate(ds: lance.LanceDataset, schema: pa.Schema, filter: str, scan_filter: str | None,
-              prev: Evaluated | None) -> Evaluated:
+              prev: Evaluated | None, matched: np.ndarray | None = None) -> Evaluated:
     fragments = ds.get_fragments()
     idents = {f.fragment_id: _ident(f.metadata) for f in fragments}
     same = set() if prev is None else {fid for fid, ident in idents.items() if prev.idents.get(fid) == ident}
     other = [f for f in fragments if f.fragment_id not in same]
     addr = np.empty(0, dtype=np.uint64)
-    if other:
+    if prev is None and matched is not None:  # found for this version with other tables' rows
+        addr = np.asarray(matched, dtype=np.uint64)
+    elif other:
         addr = matching_addresses(ds, schema, filter, scan_filter, None if prev is None else other)
     updated: dict[int, FragmentMetadata] = {}
     removed: set[int] = set()
@@ -179,12 +243,14 @@ def _evaluate(ds: lance.LanceDataset, schema: pa.Schema, filter: str, scan_filte
 
 def delete_in_table(root: str, object_id: str, location: str, base: int, schema: pa.Schema, filter: str,
                     scan_filter: str | None, storage_options: Mapping[str, str] | None = None, *,
-                    whole: bool = False, cache: dict[str, Evaluated] | None = None) -> TableDelete:
+                    whole: bool = False, cache: dict[str, Evaluated] | None = None,
+                    matched: np.ndarray | None = None) -> TableDelete:
     """Delete the rows matching ``filter`` from version ``base`` of one partition table and commit
     the result (nothing when no row matches). ``whole``: the strict projection proved that every
     row matches (:func:`entire_tables`); every fragment goes without reading a row. ``cache``
     keeps what the earlier attempts of the same delete found (:class:`Evaluated`), so a rebase
-    reads only the fragments a concurrent publish added or changed."""
+    reads only the fragments a concurrent publish added or changed. ``matched``: the matching
+    rows' addresses in version ``base``, already found (:func:`matching_addresses_of_tables`)."""
     so = dict(storage_options) if storage_options else None
     uri = join_uri(root, check_location(location, object_id, root))
     ds = open_table(uri, version=base, storage_options=so, reuse=True)
@@ -196,7 +262,7 @@ def delete_in_table(root: str, object_id: str, location: str, base: int, schema:
         version = commit_deletions(uri, base, [], [f.fragment_id for f in fragments], so)
         return TableDelete(object_id, location, base, version, rows)
     key = f"{object_id}@{location}"
-    found = _evaluate(ds, schema, filter, scan_filter, None if cache is None else cache.get(key))
+    found = _evaluate(ds, schema, filter, scan_filter, None if cache is None else cache.get(key), matched)
     if cache is not None:
         cache[key] = found
     if not len(found.addr):

@@ -480,10 +480,74 @@ def check_keys(rows: pa.Table, on: Sequence[str]) -> None:
                                 f"expected; nothing was published")
 
 
-def match_table(ds: lance.LanceDataset, keys: pa.Table, on: Sequence[str], schema: pa.Schema) -> pa.Table:
+class KeyLookup:
+    """A merge's input keys (``on`` as :func:`comparable_keys` makes them, and the input row
+    number ``_ROW``) prepared once for the lookups of every table: one key column of a type
+    numpy orders (integers, floats, booleans, dates, times, timestamps, durations) is sorted once
+    and each table's keys are found by binary search; any other key is matched by Arrow per
+    table (a set lookup or a hash join), which builds its hash table of the input keys again for
+    every table."""
+
+    def __init__(self, keys: pa.Table, on: Sequence[str]) -> None:
+        self.keys, self.on = keys, list(on)
+        self.sorted: np.ndarray | None = None
+        if len(self.on) == 1:
+            values = _orderable(keys.column(self.on[0]))
+            if values is not None:  # input keys are never NULL (check_keys)
+                order = np.argsort(values, kind="stable")
+                self.sorted, self.rows = values[order], keys.column(_ROW).to_numpy()[order]
+
+    def find(self, published: pa.Table) -> pa.Table:
+        """The rows of ``published`` (comparable keys ``on`` and ``_rowaddr``) whose key is an
+        input key, with that input row's number: ``(on..., _rowaddr, _ROW)``."""
+        on = self.on
+        if self.sorted is not None:
+            col = published.column(on[0])
+            values = _orderable(col)
+            if values is not None:
+                pos = np.minimum(np.searchsorted(self.sorted, values), max(len(self.sorted) - 1, 0))
+                hit = (self.sorted[pos] == values) if len(self.sorted) else np.zeros(len(values), dtype=bool)
+                if col.null_count:  # a NULL published key matches nothing
+                    hit &= col.is_valid().to_numpy(zero_copy_only=False)
+                return published.filter(pa.array(hit)).append_column(_ROW, pa.array(self.rows[pos[hit]]))
+        if len(on) == 1:  # one column: a set lookup, then the input row numbers by index_in
+            keys = self.keys.column(on[0])
+            hit = published.filter(pc.fill_null(pc.is_in(published.column(on[0]), value_set=keys), False))
+            rownum = pc.take(self.keys.column(_ROW), pc.index_in(hit.column(on[0]), value_set=keys))
+            return hit.append_column(_ROW, rownum)
+        return published.join(self.keys, keys=on, join_type="inner").select([*on, _ADDR, _ROW])
+
+
+def _orderable(col: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """``col`` as int64 values equal exactly where the keys are equal (a float's -0.0 is 0.0 and
+    every NaN one NaN already, :func:`key_values`; a NULL becomes 0 and is masked by the caller),
+    or None for a type numpy does not hold so."""
+    t = col.type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t)):
+        return None
+    if pa.types.is_float16(t) or (pa.types.is_temporal(t) and t.bit_width not in (32, 64)):
+        return None
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_temporal(t):  # its integer storage
+        col = col.view(pa.int32() if t.bit_width == 32 else pa.int64())
+    elif pa.types.is_boolean(t):
+        col = col.cast(pa.int8())
+    if col.null_count:
+        col = pc.fill_null(col, pa.scalar(0, col.type))
+    if pa.types.is_floating(t):
+        values = col.to_numpy(zero_copy_only=False).astype(np.float64)
+        values = np.where(np.isnan(values), np.nan, values)  # one NaN bit pattern
+        return values.view(np.int64)
+    if pa.types.is_unsigned_integer(col.type):
+        return col.cast(pa.uint64()).to_numpy().view(np.int64)
+    return col.cast(pa.int64()).to_numpy()
+
+
+def match_table(ds: lance.LanceDataset, keys: pa.Table | KeyLookup, on: Sequence[str], schema: pa.Schema
+                ) -> pa.Table:
     """The rows of ``ds`` (a partition table at its published version) whose key is in ``keys``
-    (the input keys with their input row number ``_ROW``): ``(on..., _rowaddr, _ROW)``. Only the
-    key columns are read; the match is a set lookup (one column) or an Arrow hash join."""
+    (the input keys with their input row number ``_ROW``, or their :class:`KeyLookup`):
+    ``(on..., _rowaddr, _ROW)``. Only the key columns are read."""
     empty = pa.table({**{c: pa.array([], schema.field(c).type) for c in on}, _ADDR: pa.array([], pa.uint64()),
                       _ROW: pa.array([], pa.int64())})
     from lancepart.evolution.schema_evolution import read_columns
@@ -492,15 +556,12 @@ def match_table(ds: lance.LanceDataset, keys: pa.Table, on: Sequence[str], schem
     published = comparable_keys(read_columns(ds, schema, on, with_row_address=True), on)
     if not published.num_rows:
         return empty
-    if len(on) == 1:  # one column: a set lookup, then the input row numbers by index_in
-        hit = published.filter(pc.fill_null(pc.is_in(published.column(on[0]), value_set=keys.column(on[0])), False))
-        rownum = pc.take(keys.column(_ROW), pc.index_in(hit.column(on[0]), value_set=keys.column(on[0])))
-        return hit.append_column(_ROW, rownum)
-    return published.join(keys, keys=list(on), join_type="inner").select([*on, _ADDR, _ROW])
+    lookup = keys if isinstance(keys, KeyLookup) else KeyLookup(keys, on)
+    return lookup.find(published)
 
 
-def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa.Table, on: Sequence[str],
-                   schema: pa.Schema, storage_options: Mapping[str, str] | None, delete: bool
+def merge_in_table(root: str, object_id: str, location: str, base: int, keys: pa.Table | KeyLookup,
+                   on: Sequence[str], schema: pa.Schema, storage_options: Mapping[str, str] | None, delete: bool
                    ) -> tuple[Deletions, np.ndarray]:
     """One partition table's part of a merge on its published version ``base``: the input row
     numbers whose key it holds and, with ``delete``, those rows' deletion files (not committed).
@@ -660,6 +721,7 @@ class MergePlan:
             partition_tables if schema is None else KeyPruner(keys, on, schema).candidates)
         self.keys = comparable_keys(keys.select(list(on)), on).append_column(
             _ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        self.lookup = KeyLookup(self.keys, on)  # prepared once for every table's lookup
         self.on, self.when_matched, self.when_not_matched = list(on), when_matched, when_not_matched
         self.match_tables, self.rows = match_tables, rows
         self.cache: dict[tuple[str, int], tuple[Deletions, np.ndarray]] = {}
@@ -725,7 +787,7 @@ def merge(ns: NamespaceHandle, data: Any, on: Sequence[str], when_matched: str =
                      ) -> list[tuple[Deletions, np.ndarray]]:
         def one(t: tuple[str, str, int]) -> tuple[Deletions, np.ndarray]:
             return commit_on_published(manifest, snapshot_version, t[0], t[1], t[2], lambda: merge_in_table(
-                manifest.root, t[0], t[1], t[2], plan.keys, on, read_schema, manifest.storage_options,
+                manifest.root, t[0], t[1], t[2], plan.lookup, on, read_schema, manifest.storage_options,
                 when_matched == "update"))
 
         return map_threads(one, list(todo))

@@ -75,7 +75,9 @@ def create_empty_table(root: str, location: str, schema: pa.Schema,
     so = dict(storage_options) if storage_options else None
     from lancepart.evolution.schema_evolution import table_schema
 
-    ds = lance_io.write_dataset(table_schema(schema).empty_table(), uri, mode="create", storage_options=so,
+    # empty: its rows come in small appends, written uncompressed
+    target = table_schema(schema, 0)
+    ds = lance_io.write_dataset(target.empty_table(), uri, mode="create", storage_options=so,
                                 commit_lock=commit_lock(uri, so), data_storage_version=data_storage_version)
     return ds.version
 
