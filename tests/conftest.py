@@ -246,6 +246,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--stress"):  # the soaks run for minutes each: a hang is still ended, later
+        for item in items:
+            item.add_marker(pytest.mark.timeout(3600))
     for option, marker in (("--stress", "stress"), ("--cluster", "cluster")):
         if config.getoption(option):
             continue
