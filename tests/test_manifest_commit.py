@@ -230,3 +230,51 @@ def test_a_commit_of_many_rows_rewrites_the_table(tmp_path, monkeypatch):
     want = {"root": None, **{f"t{i}": 1 for i in range(100)}, "t1": 2, **{f"t{i}": 3 for i in range(20, 40)}}
     del want["t5"]
     assert contents(man) == want
+
+
+def test_the_pins_are_exactly_the_table_rows(tmp_path):
+    """table_pins() builds the pins column by column (a column with no value and object_type are
+    made, not filtered): the same table, schema included, as filtering every column by
+    ``object_type = 'table'``, over rows of every kind: namespace rows, a branch pin on one
+    table, a single row, no row, no table, a NULL object_type."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    man = create(tmp_path, 40)
+    man.commit_changes(man.snapshot(), upsert({"object_id": "ns1", "object_type": "namespace", "metadata": "{}"},
+                                              {**record("t3", 7), "read_branch": "dev"}, record("t41", 2)))
+
+    def plain(rows):
+        return rows.filter(pc.fill_null(pc.equal(rows.column("object_type"), "table"), False))
+
+    snap = man.snapshot()
+    full = snap.rows
+    assert full.num_rows == 43
+    namespaces = full.filter(pc.not_equal(full.column("object_type"), "table"))
+    loose = full.schema.set(1, full.schema.field("object_type").with_nullable(True))
+    foreign = full.cast(loose).set_column(1, loose.field("object_type"),
+                                          pa.array([None, *full.column("object_type").to_pylist()[1:]], pa.utf8()))
+    for rows in (full, full.slice(0, 1), full.slice(0, 0), namespaces, foreign):
+        assert m._table_rows(rows).equals(plain(rows), check_metadata=True), rows.num_rows
+    pins = snap.table_pins()
+    assert sorted(pins.column("object_id").to_pylist()) == sorted(plain(full).column("object_id").to_pylist())
+    assert pins.column("read_branch").to_pylist().count("dev") == 1
+
+
+def test_a_whole_scan_of_the_manifest_decodes_batches_ahead(tmp_path, monkeypatch):
+    """An open reads the pins of every table in one scan; Lance's default read-ahead (the number
+    of cores) halves its speed on a 2-core machine (docs/benchmarks.md, "Namespace size"), so
+    every whole scan of ``__manifest`` asks for SCAN_READAHEAD batches, never fewer than 16."""
+    man = create(tmp_path, 10)
+    asked = []
+    real = lance.LanceDataset.to_table
+
+    def to_table(self, *args, **kwargs):
+        if self.uri.rstrip("/").endswith("__manifest"):
+            asked.append(kwargs.get("batch_readahead"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(lance.LanceDataset, "to_table", to_table)
+    man.snapshot().table_pins()
+    man.snapshot().rows  # noqa: B018
+    assert len(asked) == 2 and all(a is not None and a >= 16 for a in asked), asked

@@ -170,6 +170,12 @@ TAIL_ROWS = 4096
 # More fragments than this after an incremental commit: that commit rewrites the whole table
 # instead (amortised over the commits that made them).
 MAX_FRAGMENTS = 32
+# Batches a whole scan of ``__manifest`` decodes ahead. Lance's default is the number of cores,
+# which on a small machine (2 cores: an Airflow worker, a CI runner) leaves the decode of the
+# 200 000 short rows of 100 000 partitions waiting on itself: there the scan of the pins takes
+# 21 ms at the default and 10 ms at 16 (docs/benchmarks.md, "Namespace size"). Never fewer than
+# Lance would use.
+SCAN_READAHEAD = max(16, os.cpu_count() or 1)
 # Touching more rows than this in one commit: read the whole snapshot instead of looking rows up.
 LOOKUP_LIMIT = 2048
 # Rows outside the object_id index after a commit beyond which that commit brings the indexes
@@ -256,7 +262,7 @@ class ManifestSnapshot:
     def rows(self) -> pa.Table:
         """Every row of this version (read once, on first use)."""
         if self._rows is None:
-            self._rows = self._read(lambda ds: ds.to_table())
+            self._rows = self._read(lambda ds: ds.to_table(batch_readahead=SCAN_READAHEAD))
         return self._rows
 
     def _read(self, read: Callable[[lance.LanceDataset], pa.Table]) -> pa.Table:
@@ -313,7 +319,7 @@ class ManifestSnapshot:
                 rows = self._rows
             else:
                 cols = [c for c in self._dataset.schema.names if c not in _ROW_ONLY_COLUMNS]
-                rows = self._read(lambda ds: ds.to_table(columns=cols))
+                rows = self._read(lambda ds: ds.to_table(columns=cols, batch_readahead=SCAN_READAHEAD))
             self._pins = _table_rows(rows).drop_columns([c for c in _ROW_ONLY_COLUMNS if c in rows.column_names])
         return self._pins
 
@@ -333,7 +339,20 @@ _ROW_ONLY_COLUMNS = ("metadata", "base_objects")
 
 
 def _table_rows(rows: pa.Table) -> pa.Table:
-    return rows.filter(pc.fill_null(pc.equal(rows.column("object_type"), "table"), False))
+    """The rows of ``rows`` that are tables. Column by column: a column with no value (the
+    branch and tag pins, as lancepart leaves them) and ``object_type`` itself are made, not
+    filtered (at 100 000 partitions this halves the cost of every open's filter)."""
+    mask = pc.fill_null(pc.equal(rows.column("object_type"), "table"), False)
+    kept = pc.sum(mask).as_py() or 0
+    columns = []
+    for name, column in zip(rows.column_names, rows.columns, strict=True):
+        if name == "object_type":
+            columns.append(pa.repeat(pa.scalar("table", column.type), kept))
+        elif column.null_count == len(column):
+            columns.append(pa.nulls(kept, column.type))
+        else:
+            columns.append(column.filter(mask))
+    return pa.Table.from_arrays(columns, schema=rows.schema)
 
 
 def set_read_versions(rows: pa.Table, versions: Mapping[str, int]) -> pa.Table:
