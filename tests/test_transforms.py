@@ -556,3 +556,26 @@ def test_appendix_a_specs_validate(appendix_a):
     transforms.validate_spec(v2, schema, [v1])
     data = pa.table({"id": [1], "event_date": pa.array([dt.date(2025, 12, 10)]), "country": ["US"]})
     assert [transforms.apply(f, data, schema).to_pylist() for f in v2.fields] == [[2025], ["US"]]
+
+
+def _int32_child(name: str) -> dict:
+    return {"name": name, "type": {"type": "int32"}, "nullable": True}
+
+
+@pytest.mark.parametrize(("expression", "rt"), [
+    ("named_struct('x', col0)", {"type": "struct", "fields": [_int32_child("x")]}),
+    ("make_array(col0)", {"type": "list", "fields": [_int32_child("item")]}),
+])
+def test_a_result_type_that_cannot_name_a_partition_is_refused_at_create(tmp_path, expression, rt):
+    """A partition's namespace id is derived from the canonical bytes of its values, so a
+    result_type without them (a struct, a list) could never have a row written: the create
+    refuses the spec, naming the field, and leaves no namespace (it used to create one whose
+    every write raised "murmur3: unsupported Arrow type")."""
+    from lancepart import PartitionedNamespace
+
+    schema = pa.schema([("id", pa.int64()), ("a", pa.int32())])
+    spec = {"id": 1, "fields": [{"field_id": "s", "source_ids": [1], "expression": expression, "result_type": rt}]}
+    root = tmp_path / "ns"
+    with pytest.raises(InvalidSpecError, match=r"partition field 's': result_type .* cannot name a partition"):
+        PartitionedNamespace.create(str(root), schema, spec)
+    assert not (root / "__manifest").exists()

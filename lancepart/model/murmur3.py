@@ -665,6 +665,19 @@ def _check_buckets(num_buckets: Any) -> int:
 # --------------------------------------------------------------------------------------------
 # Public API.
 # --------------------------------------------------------------------------------------------
+def has_canonical_bytes(t: pa.DataType) -> bool:
+    """Whether values of type ``t`` have canonical bytes (they can be hashed, and name a partition).
+
+    >>> has_canonical_bytes(pa.int32()), has_canonical_bytes(pa.struct([("x", pa.int32())]))
+    (True, False)
+    """
+    try:
+        _check_type(t)
+    except InvalidSpecError:
+        return False
+    return True
+
+
 def canonical_bytes(arr: pa.Array | pa.ChunkedArray) -> pa.LargeBinaryArray:
     """The canonical bytes that are hashed for each value, as ``large_binary`` (nulls stay null).
 

@@ -743,4 +743,11 @@ def validate_spec(spec: PartitionSpec, schema: pa.Schema, existing_specs: Iterab
     """
     for f in spec.fields:
         validate_field(f, schema)
+        if not _murmur3.has_canonical_bytes(f.result_type):
+            # a partition's namespace id is derived from its values' canonical bytes
+            # (lancepart.model.ids.partition_ids): without them no row could ever be written
+            raise InvalidSpecError(
+                f"{_where(f.field_id)}: result_type {f.result_type} cannot name a partition (partition values "
+                f"must be booleans, integers, floats, dates, timestamps, decimals, strings or binaries); "
+                f"CAST the expression to one of those")
     check_field_id_reuse(spec, list(existing_specs))
