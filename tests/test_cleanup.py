@@ -66,11 +66,16 @@ def counts(stats) -> dict:
 
 
 def backdate(path: str, seconds: float) -> None:
-    """Set the modification time of ``path`` (a file, or every file under a directory) ``seconds`` back."""
+    """Set the modification time of ``path`` (a file, or a directory: every file and directory
+    under it, itself included) ``seconds`` back."""
     t = time.time() - seconds
-    files = [path] if os.path.isfile(path) else [os.path.join(d, n) for d, _, ns in os.walk(path) for n in ns]
-    for f in files:
-        os.utime(f, (t, t))
+    if os.path.isfile(path):
+        os.utime(path, (t, t))
+        return
+    for d, _, names in os.walk(path, topdown=False):
+        for n in names:
+            os.utime(os.path.join(d, n), (t, t))
+        os.utime(d, (t, t))
 
 
 def later(monkeypatch, hours: float = 2) -> None:
@@ -268,6 +273,27 @@ def test_unreferenced_directories_and_files_by_age(ns):
     assert os.path.exists(join_uri(table, "data", new_frag))
     assert sum(on_disk.values()) - sum(disk(root).values()) == stats.bytes_removed
     assert ns.to_table().sort_by("id").equals(before)
+
+
+def test_a_table_directory_being_made_is_not_removed_before_its_first_file(ns):
+    """A job creating a new partition table makes its directories before its first file (Lance
+    makes ``data/``, then a temporary file in it). A cleanup that finds such a directory with no
+    file in it judges its age by the directories' own times: recent, it stays, even at a retention
+    of 2 s (unreferenced directories obey the floor). On the code before it was removed at once,
+    having no file younger than the cut-off; the maintenance race's writer then failed with "No
+    such file or directory ... $dataset/data/.tmp..." (a run under ``-n 4``). Once its
+    directories are older than the floor too, it goes."""
+    root = ns.root
+    ns.write(batch(1).table(), batch_id="b1")
+    oid = ids.table_object_id(1, ids.partition_ids(1, [pa.array([12345], pa.date32()), pa.array([3], pa.int32())])[0])
+    making = ids.table_location(oid)
+    os.makedirs(join_uri(root, making, "data"))
+    stats = ns.cleanup(timedelta(seconds=2), allow_short_retention=True)
+    assert making not in {r.rstrip("/") for r in stats.removed} and os.path.isdir(join_uri(root, making, "data"))
+    backdate(join_uri(root, making), 7200)  # past the floor, which unreferenced directories obey
+    stats = ns.cleanup(timedelta(seconds=2), allow_short_retention=True)
+    assert making + "/" in stats.removed and not os.path.exists(join_uri(root, making))
+    assert ns.to_table().num_rows == batch(1).rows
 
 
 def test_invalid_older_than(ns):

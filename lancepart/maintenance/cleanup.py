@@ -722,6 +722,23 @@ class _Run:
         return list(zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), mtimes,
                         strict=True)), None
 
+    def _changed_lately(self, name: str) -> bool:
+        """Local: whether the directory, or one below it, had an entry made or removed at or after
+        the cut-off. A job creating a table there makes its directories before its first file
+        (Lance makes ``data/``, then a temporary file in it): a directory with no file yet is
+        young by its own time, not old for having no file."""
+        if not self.local:
+            return False  # an object store has no directories, only keys with their own times
+        uri = join_uri(self.root, name)
+        base = uri[len("file://"):] if uri.startswith("file://") else uri
+        for d, _, _ in os.walk(base):
+            try:
+                if os.lstat(d).st_mtime >= self.dir_cutoff:
+                    return True
+            except FileNotFoundError:
+                continue
+        return False
+
     def _remove_dir(self, name: str) -> bool:
         """Remove the directory; whether nothing of it is left."""
         uri = join_uri(self.root, name)
@@ -748,14 +765,15 @@ class _Run:
                 continue
             if not files and not self.local:
                 continue  # nothing to remove: SeaweedFS lists an emptied directory for ~2 minutes
-            if any(mtime >= self.dir_cutoff for _, _, mtime in files):
+            if any(mtime >= self.dir_cutoff for _, _, mtime in files) or self._changed_lately(name):
                 continue  # a job may still be writing it, or reserving it
             if not self.dry_run:
                 self._refresh_pins(force=True)  # a job may have reserved it since
                 if name in self.pins or name in self.other_locations:
                     continue
                 files, _ = self._dir_files(name)  # and written into it since we listed
-                if files is None or any(mtime >= self.dir_cutoff for _, _, mtime in files):
+                if (files is None or any(mtime >= self.dir_cutoff for _, _, mtime in files)
+                        or self._changed_lately(name)):
                     continue
                 try:
                     if not self._remove_dir(name):
