@@ -54,7 +54,8 @@ Guards that hold for every deletion, whatever ``older_than`` and the override sa
   deleted the table is marked (:class:`~lancepart.write.guard.DeletionMark`: a write's table
   commit naming one can land between the look and the delete, so its file check waits for
   the mark to go and then finds the file gone); an unreferenced directory is listed again
-  right before its removal;
+  right before its removal, and its age is that of its newest file and of its directories
+  themselves (a table being made has directories before its first file);
 * right before a table's versions are removed, the latest ``__manifest`` is read again and
   what it pins is kept: the latest ``__manifest`` version and everything it or any retained
   snapshot pins are never "old";
