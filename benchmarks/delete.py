@@ -25,6 +25,7 @@ import time
 import pyarrow.compute as pc
 from machine_info import machine
 from peers import delta_setup, events, lancepart_setup, spark_session
+from timing import rotated
 
 CASES = {  # name -> (lancepart filter, delta-rs predicate, its pyarrow mask)
     "1% of rows (user_id % 100 = 7)": ("user_id % 100 = 7", "user_id % 100 = 7",
@@ -58,7 +59,7 @@ def main() -> int:
             expected_left = table.num_rows - expected_deleted
             times: dict[str, list[float]] = {s: [] for s in systems}
             for rnd in range(args.rounds + 1):
-                order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
+                order = rotated(systems, rnd)
                 line = []
                 for system in order:
                     root = os.path.join(work, f"{system.replace(' ', '-')}-{rnd}")

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 from machine_info import machine
 from peers import delta_setup, events, lancepart_setup, spark_session
+from timing import rotated
 
 
 def data(rows: int) -> tuple[pa.Table, pa.Table, int, int]:
@@ -72,7 +73,7 @@ def main() -> int:
     times: dict[str, list[float]] = {s: [] for s in systems}
     try:
         for rnd in range(args.rounds + 1):
-            order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
+            order = rotated(systems, rnd)
             line = []
             for system in order:
                 root = os.path.join(work, f"{system.replace(' ', '-')}-{rnd}")

@@ -31,6 +31,7 @@ import time
 import numpy as np
 import pyarrow as pa
 from machine_info import machine
+from timing import rotated
 
 SYSTEMS = ["lancepart", "lancepart, Lance's compression", "delta-rs"]
 
@@ -72,7 +73,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="lancepart-bench-small-")
     try:
         for rnd in range(args.rounds + 1):
-            order = SYSTEMS[rnd % len(SYSTEMS):] + SYSTEMS[:rnd % len(SYSTEMS)]
+            order = rotated(SYSTEMS, rnd)
             line = []
             for system in order:
                 root = os.path.join(work, f"{rnd}-{SYSTEMS.index(system)}")

@@ -19,3 +19,14 @@ def median_ms(fn: Callable[[int], object], runs: int) -> float:
         fn(i)
         times.append(time.perf_counter() - t)
     return round(statistics.median(times) * 1e3, 2)
+
+
+def rotated(items: list, k: int) -> list:
+    """``items`` started at position ``k`` (mod its length): who goes first in round ``k`` of an
+    interleaved benchmark.
+
+    >>> rotated(["a", "b", "c"], 4)
+    ['b', 'c', 'a']
+    """
+    k %= len(items)
+    return items[k:] + items[:k]

@@ -133,6 +133,21 @@ def opened(monkeypatch) -> list[str]:
     return seen
 
 
+def written_events(tmp_path_factory, name: str, rows: int, seed: int, commits: int = 2):
+    """A module's events namespace: ``rows`` demo events written in ``commits`` writes (several
+    fragments per table); (a fresh handle, the rows written)."""
+    from lancepart import PartitionedNamespace
+    from lancepart.util.sample import demo_events
+
+    root = str(tmp_path_factory.mktemp(name) / "ns")
+    ns = create_events_ns(root)
+    data = demo_events(rows, seed=seed)
+    step = -(-rows // commits)
+    for start in range(0, rows, step):
+        ns.write(data.slice(start, step))
+    return PartitionedNamespace.open(root), data
+
+
 def copy_ns(template: str, dest):
     """A copy of the namespace at ``template`` (a module's prepared one) at ``dest``, opened."""
     import shutil

@@ -14,7 +14,7 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.errors import DataFilesMissingError, InvalidArgumentError, MissingDependencyError
 from lancepart.util.sample import demo_events
-from tests.conftest import create_events_ns
+from tests.conftest import create_events_ns, written_events
 
 FILTERS = [
     None,
@@ -28,12 +28,7 @@ FILTERS = [
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("anywhere") / "ns")
-    ns = create_events_ns(root)
-    data = demo_events(12_000, seed=5)
-    for part in (data.slice(0, 4_000), data.slice(4_000, 4_000), data.slice(8_000)):
-        ns.write(part)  # three commits: several fragments per table
-    return PartitionedNamespace.open(root), data
+    return written_events(tmp_path_factory, "anywhere", 12_000, seed=5, commits=3)
 
 
 def oracle(data: pa.Table, flt: str | None, columns: list[str]) -> list[tuple]:

@@ -23,7 +23,7 @@ import pytest
 
 from lancepart import PartitionedNamespace
 from lancepart.util.sample import demo_events
-from tests.conftest import create_events_ns
+from tests.conftest import create_events_ns, written_events
 
 
 def rows(table: pa.Table) -> list[tuple]:
@@ -41,12 +41,7 @@ def oracle(data: pa.Table, query: str, **tables: pa.Table) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("sql_stream") / "ns")
-    ns = create_events_ns(root)
-    data = demo_events(3_000, seed=7)
-    ns.write(data.slice(0, 1_500))
-    ns.write(data.slice(1_500))
-    return PartitionedNamespace.open(root), data
+    return written_events(tmp_path_factory, "sql_stream", 3_000, seed=7)
 
 
 def test_nothing_is_read_before_collection_then_only_the_kept_tables(written, opened):

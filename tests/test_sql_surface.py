@@ -14,20 +14,14 @@ import pytest
 from lancepart import PartitionedNamespace
 from lancepart.errors import InvalidArgumentError
 from lancepart.read.sql import scan_predicates
-from lancepart.util.sample import demo_events
-from tests.conftest import create_events_ns
+from tests.conftest import written_events
 
 DIM = pa.table({"country": ["US", "FR", "DE", "JP"], "region": ["americas", "europe", "europe", "asia"]})
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("sql_surface") / "ns")
-    ns = create_events_ns(root)
-    data = demo_events(4_000, seed=11)
-    ns.write(data.slice(0, 2_000))
-    ns.write(data.slice(2_000))
-    return PartitionedNamespace.open(root), data
+    return written_events(tmp_path_factory, "sql_surface", 4_000, seed=11)
 
 
 def _double(values: pa.Array) -> pa.Array:
