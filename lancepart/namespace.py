@@ -303,7 +303,7 @@ class PartitionedNamespace:
                 f"{self._manifest.uri}: root properties 'schema' / {SPEC_KEY_PREFIX}<N> cannot be read: "
                 f"{type(e).__name__}: {e}") from e
         if eager:  # a handle keeps the snapshot it opened, also when __manifest is damaged later
-            snap.table_pins()
+            snap.pin_rows()
         self._specs = dict(sorted(specs.items()))
         self._snapshot = snap
         self._plans: dict[str, tuple[list[PartitionInfo], str | None, str | None]] = {}  # filter -> scan_plan
@@ -547,7 +547,7 @@ class PartitionedNamespace:
         else:
             from lancepart.read.manifest_query import prune
 
-            tables = prune(filter, self._schema, self._specs, self._snapshot.table_pins()).kept
+            tables = prune(filter, self._schema, self._specs, self._snapshot.pin_rows()).kept
         return self._partition_infos(tables)
 
     def _partition_infos(self, tables: pa.Table) -> list[PartitionInfo]:
@@ -577,7 +577,7 @@ class PartitionedNamespace:
         from lancepart.arguments import check_filter
         from lancepart.read.manifest_query import prune
 
-        return prune(check_filter(filter), self._schema, self._specs, self._snapshot.table_pins()).explain()
+        return prune(check_filter(filter), self._schema, self._specs, self._snapshot.pin_rows()).explain()
 
     @keyword_only()
     @public_operation("to_table", publishes=False)
@@ -784,7 +784,7 @@ class PartitionedNamespace:
             return list(cached[0]), cached[1], cached[2]
         from lancepart.read.manifest_query import prune
 
-        result = prune(filter, self._schema, self._specs, self._snapshot.table_pins())
+        result = prune(filter, self._schema, self._specs, self._snapshot.pin_rows())
         plan = (self._partition_infos(result.kept), filter, result.scan_filter)
         if len(self._plans) >= _PLAN_CACHE:
             self._plans.pop(next(iter(self._plans)))

@@ -278,3 +278,51 @@ def test_a_whole_scan_of_the_manifest_decodes_batches_ahead(tmp_path, monkeypatc
     man.snapshot().table_pins()
     man.snapshot().rows  # noqa: B018
     assert len(asked) == 2 and all(a is not None and a >= 16 for a in asked), asked
+
+
+def test_an_open_and_a_pruned_lookup_copy_no_table_rows_out(root, monkeypatch):
+    """An open reads the pin columns of every row and a pruned lookup runs the Appendix D query
+    over them as they are (its ``object_type = 'table'`` keeps the tables): the table rows are
+    not copied out of the namespace rows first, a copy that cost 2.4 ms of each open at 100 000
+    partitions (docs/benchmarks.md, "Namespace size"). Only a caller that wants every table row
+    (``partitions()`` without a filter) has them filtered, once. Over two spec versions, a
+    foreign root-level table and namespace rows, pruning the pin rows keeps and counts exactly
+    what pruning the table rows does."""
+    from lancepart import PartitionedNamespace
+    from lancepart.read.manifest_query import prune
+    from lancepart.util.sample import demo_events
+    from tests.conftest import create_events_ns
+
+    ns = create_events_ns(root)
+    data = demo_events(400, seed=3)
+    ns.write(data.slice(0, 200))
+    ns.update_spec({"id": 2, "fields": [{"field_id": "country", "source_ids": [3], "transform": {"type": "identity"},
+                                         "result_type": {"type": "utf8"}}]})
+    ns.write(data.slice(200))
+    lance.write_dataset(data.slice(0, 3), f"{root}/clicks.lance")  # a root-level table and a namespace row
+    snap = ns.snapshot()
+    ns.manifest.commit_changes(snap, ManifestChanges(upserts=rows_from_records(snap.schema, [
+        {"object_id": "clicks", "object_type": "table", "location": "clicks.lance", "read_version": 1},
+        {"object_id": "team", "object_type": "namespace", "metadata": "{}"}])))
+
+    copies = []
+    real = m._table_rows
+    monkeypatch.setattr(m, "_table_rows", lambda rows: copies.append(rows.num_rows) or real(rows))
+    opened = PartitionedNamespace.open(root)
+    snap = opened.snapshot()
+    filters = ["event_date = DATE '2025-12-10'", "country = 'US'", "user_id % 4 = 1 OR country IN ('FR', 'DE')",
+               "event_date > DATE '2099-01-01'", "TRUE"]
+    for flt in filters:
+        opened.partitions(flt)
+        opened.explain(flt)
+    assert copies == []
+    pins = snap.table_pins()
+    assert copies == [snap.pin_rows().num_rows] and pins.num_rows < snap.pin_rows().num_rows
+    for flt in filters:
+        over_pins, over_rows = (prune(flt, ns.schema, opened.specs, rows) for rows in (pins, snap.pin_rows()))
+        assert over_rows.object_ids == over_pins.object_ids, flt
+        assert (over_rows.kept_counts, over_rows.pruned) == (over_pins.kept_counts, over_pins.pruned), flt
+        assert over_rows.kept.equals(over_pins.kept), flt
+    partition_ids = sorted(o for o in pins.column("object_id").to_pylist() if o != "clicks")
+    assert "clicks" in pins.column("object_id").to_pylist() and len(partition_ids) > 10
+    assert sorted(p.object_id for p in opened.partitions()) == partition_ids

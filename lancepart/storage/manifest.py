@@ -244,7 +244,8 @@ class ManifestSnapshot:
         self._uri = uri or "__manifest"
         self._latest = latest  # the latest version of the table, to tell a cleaned-up version from damage
         self._index: dict[str, int] = {}
-        self._pins: pa.Table | None = None  # the table rows without _ROW_ONLY_COLUMNS (table_pins)
+        self._pin_rows: pa.Table | None = None  # every row without _ROW_ONLY_COLUMNS (pin_rows)
+        self._pins: pa.Table | None = None  # the table rows of those (table_pins)
 
     def __repr__(self) -> str:
         return f"ManifestSnapshot(version={self.version}, fragments={len(self.fragment_ids)})"
@@ -310,17 +311,25 @@ class ManifestSnapshot:
         """The table rows (``object_type = 'table'``), every column."""
         return _table_rows(self.rows)
 
-    def table_pins(self) -> pa.Table:
-        """The table rows without ``metadata`` and ``base_objects``: what locating, pinning and
-        pruning partitions needs. Read alone (a full scan of those columns, then filtered: faster
-        than the Bitmap index's random reads) while the other rows are not needed."""
-        if self._pins is None:
+    def pin_rows(self) -> pa.Table:
+        """Every row (namespace rows too) without ``metadata`` and ``base_objects``: what
+        locating, pinning and pruning partitions needs, read alone (a full scan of those columns:
+        faster than the Bitmap index's random reads) while the other columns are not needed.
+        :func:`lancepart.read.manifest_query.prune` takes these as they are (its query keeps
+        tables only), so an open and a pruned lookup never copy the table rows out."""
+        if self._pin_rows is None:
             if self._rows is not None:
                 rows = self._rows
             else:
                 cols = [c for c in self._dataset.schema.names if c not in _ROW_ONLY_COLUMNS]
                 rows = self._read(lambda ds: ds.to_table(columns=cols, batch_readahead=SCAN_READAHEAD))
-            self._pins = _table_rows(rows).drop_columns([c for c in _ROW_ONLY_COLUMNS if c in rows.column_names])
+            self._pin_rows = rows.drop_columns([c for c in _ROW_ONLY_COLUMNS if c in rows.column_names])
+        return self._pin_rows
+
+    def table_pins(self) -> pa.Table:
+        """The table rows (``object_type = 'table'``) of :meth:`pin_rows`, filtered once."""
+        if self._pins is None:
+            self._pins = _table_rows(self.pin_rows())
         return self._pins
 
     def with_read_versions(self, versions: Mapping[str, int]) -> pa.Table:
