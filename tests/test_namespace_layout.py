@@ -249,3 +249,49 @@ def test_two_processes_reserving_the_same_partitions_make_one_table_each(root, e
     oids = [p.object_id for p in ns.partitions()]
     assert len(oids) == len(set(oids)) == 20
     assert sorted(d for d in os.listdir(root) if d != "__manifest") == sorted(loc for _, loc in results[0])
+
+
+def _format(ds: lance.LanceDataset) -> set[tuple[int, int]]:
+    return {(f.file_major_version, f.file_minor_version) for fr in ds.get_fragments() for f in fr.data_files()}
+
+
+@pytest.mark.parametrize("made_in", ["2.0", "2.2"])
+def test_manifest_file_format_is_kept_through_every_commit(root, events_schema, appendix_a, monkeypatch, made_in):
+    """docs/design.md §7: a new ``__manifest`` is written in Lance's 2.0 format (the pins every
+    open scans decode faster there), the partition tables keep theirs (§10), and a
+    ``__manifest`` in 2.2 (made by an earlier lancepart) works the same. Either format is kept
+    through appends, a spec change that adds a column, a merge, a delete, a strip by Lance's
+    ``DirectoryNamespace`` and the repair after it, and both are read by that
+    ``DirectoryNamespace``."""
+    from lancepart.storage import manifest as m
+    from tests.test_foreign_writers import foreign_op, unguard
+
+    if made_in != m.MANIFEST_STORAGE_VERSION:  # a namespace an earlier lancepart created
+        monkeypatch.setattr(m, "MANIFEST_STORAGE_VERSION", made_in)
+    ns = PartitionedNamespace.create(root, events_schema, appendix_a["partition_spec_v1"])
+    monkeypatch.undo()
+    manifest = os.path.join(root, "__manifest")
+    expected = {(2, int(made_in[-1]))}
+    assert _format(lance.dataset(manifest)) == expected
+    assert made_in == "2.2" or m.MANIFEST_STORAGE_VERSION == "2.0"
+
+    day = [dt.date(2025, 12, 10), dt.date(2025, 12, 11)]
+    ns.write(pa.table({"id": [1, 2, 3], "event_date": [day[0], day[1], day[1]], "country": ["US", "FR", "US"]}))
+    ns.update_spec(appendix_a["partition_spec_v2"])
+    ns.write(pa.table({"id": [4, 5], "event_date": [day[0], day[1]], "country": ["DE", "US"]}))
+    ns.merge(pa.table({"id": [2, 6], "event_date": [day[1], day[0]], "country": ["NL", "US"]}), on=["id"])
+    ns.delete("id = 1")
+    unguard(root)
+    foreign_op(root, "create_table")  # Lance's DirectoryNamespace rewrites __manifest with its five columns
+    PartitionedNamespace.repair(root)
+    assert _format(lance.dataset(manifest)) == expected
+
+    ns = PartitionedNamespace.open(root)
+    got = sorted(ns.to_table().select(["id", "country"]).to_pylist(), key=lambda r: r["id"])
+    assert got == [{"id": 2, "country": "NL"}, {"id": 3, "country": "US"}, {"id": 4, "country": "DE"},
+                   {"id": 5, "country": "US"}, {"id": 6, "country": "US"}]
+    assert {table_format for p in ns.partitions()
+            for table_format in _format(lance.dataset(os.path.join(root, p.location)))} == {(2, 2)}
+    d = lns.DirectoryNamespace(root=root)
+    assert "foreign_tbl" in d.list_tables(lns.ListTablesRequest(id=[])).tables
+    assert sorted(d.list_namespaces(lns.ListNamespacesRequest(id=[])).namespaces) == ["v1", "v2"]

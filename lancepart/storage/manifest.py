@@ -176,6 +176,11 @@ MAX_FRAGMENTS = 32
 # 21 ms at the default and 10 ms at 16 (docs/benchmarks.md, "Namespace size"). Never fewer than
 # Lance would use.
 SCAN_READAHEAD = max(16, os.cpu_count() or 1)
+# The Lance file format of a new __manifest (docs/design.md §7): every open scans the pin columns
+# of all its rows, which 2.0 decodes in about two thirds of 2.2's time; nothing in it is a struct,
+# the one kind of value 2.0 cannot hold as NULL. Lance keeps a table's format for every later
+# commit, so a __manifest made in another version stays in it.
+MANIFEST_STORAGE_VERSION = "2.0"
 # Touching more rows than this in one commit: read the whole snapshot instead of looking rows up.
 LOOKUP_LIMIT = 2048
 # Rows outside the object_id index after a commit beyond which that commit brings the indexes
@@ -452,7 +457,8 @@ class Manifest:
         """
         try:
             ds = lance.write_dataset(rows, self.uri, schema=rows.schema, mode="create",
-                                     storage_options=self.storage_options, commit_lock=self.commit_lock)
+                                     storage_options=self.storage_options, commit_lock=self.commit_lock,
+                                     data_storage_version=MANIFEST_STORAGE_VERSION)
         except OSError as e:
             if (problem := storage_problem(e, self.root)) is not None:
                 raise problem from None
