@@ -104,6 +104,51 @@ def test_the_filter_is_evaluated_once_for_many_tables_and_rows_go_by_offset(ns, 
     assert ns.verify().ok
 
 
+def test_the_tables_are_scanned_on_one_pool_a_window_ahead(ns, monkeypatch):
+    """The filter columns of many tables are scanned on one thread pool, at most a window of
+    scans ahead of the evaluation (lancepart.util.parallel.imap_threads), not a pool per group of
+    32 tables that waits for its slowest scan (docs/benchmarks.md, "Delete": 0.53 -> 0.41 s for
+    the scans of 1 000 tables). The window is a bound (memory holds about that many scanned
+    tables), results come in order, and the first error stops the calls not started yet."""
+    import threading
+
+    from lancepart.util import parallel
+    from lancepart.write import deletions
+
+    pools = []
+    real_pool = parallel.ThreadPoolExecutor
+
+    class Counting(real_pool):
+        def __init__(self, *a, **kw):
+            pools.append(threading.current_thread().name)
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(parallel, "ThreadPoolExecutor", Counting)
+    monkeypatch.setattr(deletions, "_SCANS_AHEAD", 4)
+    result = ns.delete("user_id % 3 = 1")
+    tables = len(result.details["tables"])
+    assert tables > 2 * 4
+    assert len(pools) == 2  # one for the scans of every table, one for the table commits
+
+    started, consumed = [], []
+    lock = threading.Lock()
+
+    def slow(i):
+        with lock:
+            started.append(i)
+        time.sleep(0.02 * (i % 3))
+        if i == 13:
+            raise ValueError("table 13 cannot be read")
+        return i * 10
+
+    with pytest.raises(ValueError, match="table 13"):
+        for out in parallel.imap_threads(slow, range(40), window=5, max_workers=3):
+            consumed.append(out)
+            assert max(started) < len(consumed) + 5  # never more than the window ahead
+    assert consumed == [i * 10 for i in range(13)]
+    assert max(started) < 13 + 5 and len(started) < 40
+
+
 def test_a_partition_filter_and_a_whole_table_delete(ns):
     """Every row of the day-1 tables matches: their versions hold no row; other days keep theirs."""
     before = published_rows(ns.root)

@@ -87,6 +87,8 @@ def _matching(view: pa.Table, filter: str) -> pa.Table:
 
 # rows of the scanned filter columns a delete evaluates in one DataFusion call, across tables
 _MATCH_GROUP_ROWS = 1_000_000
+# tables whose filter columns are being scanned, or scanned and not yet taken into a group
+_SCANS_AHEAD = 32
 
 
 def matching_addresses_of_tables(tables: Sequence[tuple[Hashable, Callable[[], lance.LanceDataset]]],
@@ -100,7 +102,7 @@ def matching_addresses_of_tables(tables: Sequence[tuple[Hashable, Callable[[], l
     whatever the number of tables."""
     from lancepart.evolution.schema_evolution import read_columns
     from lancepart.model.predicates import filter_columns
-    from lancepart.util.parallel import map_threads
+    from lancepart.util.parallel import imap_threads
 
     cols = filter_columns(filter, schema)
     out: dict[Hashable, np.ndarray] = {}
@@ -122,16 +124,14 @@ def matching_addresses_of_tables(tables: Sequence[tuple[Hashable, Callable[[], l
         for i, key in enumerate(keys):
             out[key] = addr[order[bounds[i]:bounds[i + 1]]]
 
-    group_size = 32  # tables scanned at once; their views are evaluated once the group's rows add up
     keys: list[Hashable] = []
     views: list[pa.Table] = []
     rows = 0
-    for start in range(0, len(tables), group_size):
-        chunk = tables[start:start + group_size]
-        for (key, _), view in zip(chunk, map_threads(scan, chunk), strict=True):
-            keys.append(key)
-            views.append(view)
-            rows += view.num_rows
+    # one pool for every table, a few dozen scans ahead; views are evaluated once their rows add up
+    for (key, _), view in zip(tables, imap_threads(scan, tables, window=_SCANS_AHEAD), strict=True):
+        keys.append(key)
+        views.append(view)
+        rows += view.num_rows
         if rows >= _MATCH_GROUP_ROWS:
             evaluate(keys, views)
             keys, views, rows = [], [], 0
