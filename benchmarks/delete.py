@@ -25,7 +25,7 @@ import time
 import pyarrow.compute as pc
 from machine_info import machine
 from peers import delta_setup, events, lancepart_setup, spark_session
-from timing import rotated
+from timing import rotated, settle
 
 CASES = {  # name -> (lancepart filter, delta-rs predicate, its pyarrow mask)
     "1% of rows (user_id % 100 = 7)": ("user_id % 100 = 7", "user_id % 100 = 7",
@@ -64,6 +64,7 @@ def main() -> int:
                 for system in order:
                     root = os.path.join(work, f"{system.replace(' ', '-')}-{rnd}")
                     state = (delta_setup if system == "delta-rs" else lancepart_setup)(table, root)
+                    settle()  # the copy written back before the clock starts
                     t0 = time.perf_counter()
                     if system == "lancepart on Spark":
                         r = lps.delete(spark, root, lp_filter)

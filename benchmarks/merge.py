@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from machine_info import machine
 from peers import delta_setup, events, lancepart_setup, spark_session
-from timing import rotated
+from timing import rotated, settle
 
 
 def data(rows: int) -> tuple[pa.Table, pa.Table, int, int]:
@@ -78,6 +78,7 @@ def main() -> int:
             for system in order:
                 root = os.path.join(work, f"{system.replace(' ', '-')}-{rnd}")
                 state = (delta_setup if system == "delta-rs" else lancepart_setup)(table, root)
+                settle()  # the copy written back before the clock starts
                 t0 = time.perf_counter()
                 if system == "lancepart on Spark":
                     r = lps.merge(df, root, on=["id"])
