@@ -7,6 +7,7 @@ import contextvars
 import os
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -52,14 +53,14 @@ def imap_threads(fn: Callable[[T], R], items: Iterable[T], *, window: int = 2 * 
         yield from (fn(x) for x in items)
         return
     with ThreadPoolExecutor(max_workers=min(max_workers, window, len(items))) as pool:
-        started: list = []
+        started: deque = deque()
         try:
             for i, x in enumerate(items):
                 started.append(pool.submit(contextvars.copy_context().run, fn, x))
                 if i + 1 >= window:
-                    yield started.pop(0).result()
+                    yield started.popleft().result()
             while started:
-                yield started.pop(0).result()
+                yield started.popleft().result()
         finally:
             for f in started:
                 f.cancel()
