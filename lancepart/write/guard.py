@@ -150,6 +150,10 @@ def _mark_key(location: str) -> str:
     return hashlib.sha1(location.encode()).hexdigest()[:16]
 
 
+# tries at making a mark while other marks' exits remove the emptied directory
+_MARK_ATTEMPTS = 50
+
+
 class DeletionMark:
     """Held by a cleanup while it checks and deletes unreferenced files of the partition table at
     ``location`` that are younger than the retention floor (``with DeletionMark(root, location)
@@ -180,12 +184,15 @@ class DeletionMark:
         local = local_path(self.root)
         if local is not None:
             directory = os.path.join(local, DELETING_DIR)
-            for _ in range(3):  # another cleanup may remove the emptied directory in between
-                os.makedirs(directory, exist_ok=True)
+            # another mark's exit (of this cleanup's other tables, or of another cleanup) removes
+            # the directory once empty: it may go between makedirs' mkdir and its own check
+            # (FileExistsError), or before the mark is made in it (FileNotFoundError). Try again.
+            for _ in range(_MARK_ATTEMPTS):
                 try:
+                    os.makedirs(directory, exist_ok=True)
                     with open(os.path.join(directory, self.name), "x"):
                         break
-                except FileNotFoundError:
+                except (FileNotFoundError, FileExistsError):
                     continue
             else:
                 raise OSError(f"cannot mark {self.root} as being cleaned: {directory} keeps disappearing")
