@@ -156,7 +156,7 @@ from lancepart.model.ids import check_location
 from lancepart.ops.repair import ensure_intact
 from lancepart.results import CleanupStats
 from lancepart.storage.error_mapping import table_failure
-from lancepart.storage.lance_io import open_table
+from lancepart.storage.lance_io import local_path, open_table
 from lancepart.storage.manifest import MANIFEST_DIR, Manifest, ManifestChanges, join_uri, normalize_root
 from lancepart.storage.table_commit import DROPS_UNPUBLISHED
 from lancepart.util import faults
@@ -560,8 +560,7 @@ class _Run:
             state["seen"] = latest.version
         if path in state["paths"] or _index_dir(path) in state["dirs"]:
             return False
-        if self.local:
-            base = uri[len("file://"):] if uri.startswith("file://") else uri
+        if (base := local_path(uri)) is not None:
             try:
                 return os.stat(os.path.join(base, path)).st_mtime < state["cutoff"]
             except FileNotFoundError:
@@ -692,59 +691,49 @@ class _Run:
 
     # ------------------------------------------------------------------ unreferenced directories
     def _directories(self) -> list[str]:
-        if self.local:
-            base = self.root[len("file://"):] if self.root.startswith("file://") else self.root
+        if (base := local_path(self.root)) is not None:
             return sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
         listing = LanceFileSession(self.root, storage_options=self.so).list_with_delimiter()
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listing.common_prefixes)
 
-    def _dir_files(self, name: str) -> tuple[list[tuple[str, int, float]] | None, str | None]:
-        """``[(path, size, mtime)]`` of every file under the directory, or (None, why not)."""
+    def _dir_files(self, name: str) -> tuple[list[tuple[str, int, float]] | None, str | None, float]:
+        """``([(path, size, mtime)] of every file under the directory, None, newest)``, or
+        ``(None, why not, 0.0)``. ``newest`` is the latest time of those files and, on a local
+        store, of the directories themselves: a job creating a table makes its directories before
+        its first file (Lance makes ``data/``, then a temporary file in it), so a directory with
+        no file yet is young by its own time, not old for having no file (an object store has no
+        directories, only keys with their own times)."""
         uri = join_uri(self.root, name)
-        if self.local:
-            base = uri[len("file://"):] if uri.startswith("file://") else uri
-            out = []
+        if (base := local_path(uri)) is not None:
+            out, newest = [], 0.0
             for d, _, names in os.walk(base):
+                try:
+                    newest = max(newest, os.lstat(d).st_mtime)
+                except FileNotFoundError:
+                    continue
                 for n in names:
                     try:
                         st = os.lstat(os.path.join(d, n))
                     except FileNotFoundError:
                         continue
                     out.append((os.path.relpath(os.path.join(d, n), base), st.st_size, st.st_mtime))
-            return out, None
+                    newest = max(newest, st.st_mtime)
+            return out, None, newest
         try:
             files = open_table(uri, storage_options=self.so).all_files().read_all()
         except (OSError, ValueError):
             if not LanceFileSession(uri, storage_options=self.so).list():
-                return [], None  # no object at all: a prefix some stores list after its objects went
+                return [], None, 0.0  # no object at all: a prefix some stores list after its objects went
             return None, ("holds no Lance table version, and the object store listing has no modification "
-                          "times: its age cannot be told; remove it by hand once no job can be writing it")
+                          "times: its age cannot be told; remove it by hand once no job can be writing it"), 0.0
         mtimes = pc.divide(files.column("last_modified").cast(pa.int64()), 1e6).to_pylist()
-        return list(zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), mtimes,
-                        strict=True)), None
-
-    def _changed_lately(self, name: str) -> bool:
-        """Local: whether the directory, or one below it, had an entry made or removed at or after
-        the cut-off. A job creating a table there makes its directories before its first file
-        (Lance makes ``data/``, then a temporary file in it): a directory with no file yet is
-        young by its own time, not old for having no file."""
-        if not self.local:
-            return False  # an object store has no directories, only keys with their own times
-        uri = join_uri(self.root, name)
-        base = uri[len("file://"):] if uri.startswith("file://") else uri
-        for d, _, _ in os.walk(base):
-            try:
-                if os.lstat(d).st_mtime >= self.dir_cutoff:
-                    return True
-            except FileNotFoundError:
-                continue
-        return False
+        return (list(zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), mtimes,
+                         strict=True)), None, max(mtimes, default=0.0))
 
     def _remove_dir(self, name: str) -> bool:
         """Remove the directory; whether nothing of it is left."""
         uri = join_uri(self.root, name)
-        if self.local:
-            path = uri[len("file://"):] if uri.startswith("file://") else uri
+        if (path := local_path(uri)) is not None:
             shutil.rmtree(path)
             return not os.path.exists(path)
         session = LanceFileSession(uri, storage_options=self.so)
@@ -760,21 +749,20 @@ class _Run:
         for name in self._directories():
             if name == MANIFEST_DIR or name in referenced or not PARTITION_DIR.match(name):
                 continue
-            files, why = self._dir_files(name)
+            files, why, newest = self._dir_files(name)
             if files is None:
                 tally.skip(join_uri(self.root, name), f"not referenced by __manifest but {why}")
                 continue
             if not files and not self.local:
                 continue  # nothing to remove: SeaweedFS lists an emptied directory for ~2 minutes
-            if any(mtime >= self.dir_cutoff for _, _, mtime in files) or self._changed_lately(name):
+            if newest >= self.dir_cutoff:
                 continue  # a job may still be writing it, or reserving it
             if not self.dry_run:
                 self._refresh_pins(force=True)  # a job may have reserved it since
                 if name in self.pins or name in self.other_locations:
                     continue
-                files, _ = self._dir_files(name)  # and written into it since we listed
-                if (files is None or any(mtime >= self.dir_cutoff for _, _, mtime in files)
-                        or self._changed_lately(name)):
+                files, _, newest = self._dir_files(name)  # and written into it since we listed
+                if files is None or newest >= self.dir_cutoff:
                     continue
                 try:
                     if not self._remove_dir(name):
