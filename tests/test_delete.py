@@ -106,7 +106,7 @@ def test_the_filter_is_evaluated_once_for_many_tables_and_rows_go_by_offset(ns, 
 
 def test_the_tables_are_scanned_on_one_pool_a_window_ahead(ns, monkeypatch):
     """The filter columns of many tables are scanned on one thread pool, at most a window of
-    scans ahead of the evaluation (lancepart.util.parallel.imap_threads), not a pool per group of
+    scans ahead of the evaluation (lancepart.util.parallel.stream_in_order), not a pool per group of
     32 tables that waits for its slowest scan (docs/benchmarks.md, "Delete": 0.53 -> 0.41 s for
     the scans of 1 000 tables). The window is a bound (memory holds about that many scanned
     tables), results come in order, and the first error stops the calls not started yet."""
@@ -142,7 +142,7 @@ def test_the_tables_are_scanned_on_one_pool_a_window_ahead(ns, monkeypatch):
         return i * 10
 
     with pytest.raises(ValueError, match="table 13"):
-        for out in parallel.imap_threads(slow, range(40), window=5, max_workers=3):
+        for out in parallel.stream_in_order(lambda i: (slow(i),), range(40), window=5, buffered=1):
             consumed.append(out)
             assert max(started) < len(consumed) + 5  # never more than the window ahead
     assert consumed == [i * 10 for i in range(13)]

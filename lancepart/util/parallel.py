@@ -7,7 +7,6 @@ import contextvars
 import os
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -35,35 +34,6 @@ def map_threads(fn: Callable[[T], R], items: Iterable[T], max_workers: int = MAX
     with ThreadPoolExecutor(max_workers=min(max_workers, len(items))) as pool:
         futures = [pool.submit(contextvars.copy_context().run, fn, x) for x in items]
         return [f.result() for f in futures]
-
-
-def imap_threads(fn: Callable[[T], R], items: Iterable[T], *, window: int = 2 * MAX_WORKERS,
-                 max_workers: int = MAX_WORKERS) -> Iterator[R]:
-    """``(fn(x) for x in items)`` on one pool of up to ``max_workers`` threads, in order, with at
-    most ``window`` calls started and not yet consumed: for many items whose results are used a
-    few at a time (memory holds about ``window`` results), without starting a pool per group
-    of items and waiting for each group's slowest call. The first error is raised in order;
-    calls not started then are never started. Context as in :func:`map_threads`.
-
-    >>> list(imap_threads(lambda x: x * 2, range(5), window=2))
-    [0, 2, 4, 6, 8]
-    """
-    items = list(items)
-    if len(items) <= 1 or window <= 1:
-        yield from (fn(x) for x in items)
-        return
-    with ThreadPoolExecutor(max_workers=min(max_workers, window, len(items))) as pool:
-        started: deque = deque()
-        try:
-            for i, x in enumerate(items):
-                started.append(pool.submit(contextvars.copy_context().run, fn, x))
-                if i + 1 >= window:
-                    yield started.popleft().result()
-            while started:
-                yield started.popleft().result()
-        finally:
-            for f in started:
-                f.cancel()
 
 
 _END = object()

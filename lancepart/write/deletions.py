@@ -102,7 +102,7 @@ def matching_addresses_of_tables(tables: Sequence[tuple[Hashable, Callable[[], l
     whatever the number of tables."""
     from lancepart.evolution.schema_evolution import read_columns
     from lancepart.model.predicates import filter_columns
-    from lancepart.util.parallel import imap_threads
+    from lancepart.util.parallel import stream_in_order
 
     cols = filter_columns(filter, schema)
     out: dict[Hashable, np.ndarray] = {}
@@ -128,7 +128,8 @@ def matching_addresses_of_tables(tables: Sequence[tuple[Hashable, Callable[[], l
     views: list[pa.Table] = []
     rows = 0
     # one pool for every table, a few dozen scans ahead; views are evaluated once their rows add up
-    for (key, _), view in zip(tables, imap_threads(scan, tables, window=_SCANS_AHEAD), strict=True):
+    scanned = stream_in_order(lambda item: (scan(item),), tables, window=_SCANS_AHEAD, buffered=1)
+    for (key, _), view in zip(tables, scanned, strict=True):
         keys.append(key)
         views.append(view)
         rows += view.num_rows
