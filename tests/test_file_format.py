@@ -340,3 +340,157 @@ def test_spark_creates_small_tables_with_uncompressed_strings(spark, ns):
     enc = string_encodings(ns.root)
     assert enc and all(md == {b"lance-encoding:compression": b"none"} and not used for md, used in enc.values()), enc
     assert lps.read(spark, ns.root).count() == 400
+
+
+# --------------------------------------------------------------------------- grown tables re-encoded
+def _grow(ns, monkeypatch) -> tuple[set[str], pa.Table]:
+    """A namespace whose tables were created small (strings uncompressed), 8 of which then grew
+    past a SMALL_TABLE_ROWS of 500 in three appends (three fragments of about 400 rows each;
+    Lance compresses a page of 1 000 such strings, not of 600) while a third day's
+    stay small; the object ids of the grown tables and the published (id, amount), sorted by id."""
+    from lancepart.evolution import file_format
+
+    monkeypatch.setattr(file_format, "SMALL_TABLE_ROWS", 500)
+    rows = _countries(demo_events(9_600, seed=5, days=2))  # 8 tables of about 1 200 rows
+    for i in range(3):
+        ns.write(rows.slice(i * 3_200, 3_200))
+    third = demo_events(300, seed=6, start_id=50_000, days=3)
+    ns.write(_countries(third.filter(pa.compute.greater(third["event_date"], pa.scalar(DEMO_START.date()
+                                                                                   + dt.timedelta(days=1))))))
+    enc = string_encodings(ns.root)
+    none = {b"lance-encoding:compression": b"none"}
+    assert enc and all(md == none and not used for md, used in enc.values()), enc
+    grown = {p.object_id for p in ns.partitions() if p.values["event_date"] < DEMO_START.date() + dt.timedelta(days=2)}
+    assert len(grown) == 8 and len(enc) > 8, enc
+    held = {p.object_id: lance.dataset(join_uri(ns.root, p.location), version=p.read_version).count_rows()
+            for p in ns.partitions()}
+    assert all(n >= 500 if o in grown else n < 500 for o, n in held.items()), held
+    return grown, published_rows(ns.root)
+
+
+def test_compaction_gives_a_grown_small_table_its_string_compression_back(ns, monkeypatch):
+    """A table created small stores its strings uncompressed, and Lance writes every later append
+    and every compaction rewrite of it by that field: without more, a table that grows from small
+    appends stays uncompressed for good. Compaction first removes lancepart's
+    ``compression=none`` from the tables that now hold SMALL_TABLE_ROWS live rows (one commit per
+    table, one ``__manifest`` commit for all), so what it rewrites, and every later append, is
+    compressed as in a table created large; the rows do not change."""
+    grown, before = _grow(ns, monkeypatch)
+    small = set(string_encodings(ns.root)) - grown
+    result = ns.compact()
+    assert result.details["tables_reencoded"] == len(grown), result.details
+    enc = string_encodings(ns.root)
+    for oid in grown:
+        md, used = enc[oid]
+        assert md == {} and used & {"Fsst", "General"}, (oid, md, used)
+    for oid in small:
+        assert enc[oid][0] == {b"lance-encoding:compression": b"none"}, enc[oid]
+    assert result.details["bytes_after"] < result.details["bytes_before"], result.details
+    assert published_rows(ns.root).equals(before)
+    assert ns.compact().details["tables_reencoded"] == 0  # done once
+    ns.write(_countries(demo_events(200, seed=7, start_id=90_000, days=2)))  # appends to the grown tables
+    assert all(enc2[1] & {"Fsst", "General"} for o, enc2 in string_encodings(ns.root).items() if o in grown)
+
+
+@pytest.mark.spark
+def test_spark_compaction_gives_a_grown_small_table_its_string_compression_back(spark, ns, monkeypatch):
+    """``lps.compact`` re-encodes on the driver before its executors rewrite, as ``ns.compact`` does."""
+    from lancepart import spark as lps
+
+    grown, before = _grow(ns, monkeypatch)
+    result = lps.compact(spark, ns.root, tables_per_task=1)
+    assert result.details["tables_reencoded"] == len(grown) and not result.failures, result.details
+    enc = string_encodings(ns.root)
+    assert all(enc[o][0] == {} and enc[o][1] & {"Fsst", "General"} for o in grown), enc
+    assert published_rows(ns.root).equals(before)
+
+
+def test_a_compression_the_namespace_schema_names_is_kept(tmp_path, monkeypatch):
+    """``compression=none`` that the namespace schema itself puts on a field is the owner's
+    choice, not lancepart's small-table default: compaction leaves it."""
+    from lancepart.evolution import file_format
+    from tests.conftest import EVENTS_SPEC
+
+    monkeypatch.setattr(file_format, "SMALL_TABLE_ROWS", 500)
+    schema = demo_events(1).schema
+    i = schema.get_field_index("country")
+    schema = schema.set(i, schema.field("country").with_metadata({"lance-encoding:compression": "none"}))
+    ns = PartitionedNamespace.create(str(tmp_path / "ns"), schema, EVENTS_SPEC)
+    for k in range(3):
+        ns.write(_countries(demo_events(800, seed=k, start_id=k * 800, days=1)).cast(schema))
+    result = ns.compact()
+    assert result.details["tables_reencoded"] == 0 and result.partitions_touched > 0, result.details
+    assert all(md == {b"lance-encoding:compression": b"none"} and not used
+               for md, used in string_encodings(ns.root).values())
+
+
+def test_a_reencode_interrupted_before_its_publish_is_done_again_and_loses_nothing(ns, monkeypatch):
+    """Hazard: the process dies after the tables' field commits, before the ``__manifest`` commit
+    that publishes them. Those versions are nobody's published work; the rows read are the
+    published ones, and the next compaction restores past them and re-encodes again."""
+    from lancepart.util import faults
+
+    grown, before = _grow(ns, monkeypatch)
+    monkeypatch.setenv(faults.ENV, "before_manifest_commit:raise")
+    with pytest.raises(faults.InjectedFault):
+        ns.compact()
+    monkeypatch.delenv(faults.ENV)
+    reopened = PartitionedNamespace.open(ns.root)
+    assert reopened.to_table(columns=["id", "amount"]).sort_by("id").equals(before)
+    assert all(md == {b"lance-encoding:compression": b"none"} for md, _ in string_encodings(ns.root).values())
+    result = reopened.compact()
+    assert result.details["tables_reencoded"] == len(grown), result.details
+    assert published_rows(ns.root).equals(before)
+
+
+def test_a_reencode_never_publishes_a_dead_writers_rows(ns, monkeypatch):
+    """Hazard: a writer committed fragments to a grown table and died before publishing them.
+    The field commit is made on the published version (restored past the dead writer's), so the
+    re-encoded table holds exactly the published rows."""
+    from lancepart.storage.table_commit import commit_table
+    from lancepart.write.upgrade import append_fragments
+
+    grown, before = _grow(ns, monkeypatch)
+    p = next(p for p in ns.partitions() if p.object_id in grown)
+    stray = pa.Table.from_pylist([{**{c: None for c in ns.schema.names}, "id": 10**9, **p.values}],
+                                 schema=ns.schema)
+    frags = append_fragments(ns.manifest, p.object_id, p.location, stray, ns.schema, published=p.read_version)
+    commit_table(ns.root, p.location, p.read_version, frags)  # committed to the table, never published
+    result = ns.compact()
+    assert result.details["tables_reencoded"] == len(grown), result.details
+    after = published_rows(ns.root)
+    assert 10**9 not in after["id"].to_pylist() and after.equals(before)
+
+
+def test_a_write_published_while_a_reencode_publishes_keeps_its_rows(ns, monkeypatch, tmp_path):
+    """Beside a writer: a write into a grown table publishes between the table's field commit and
+    the re-encode's ``__manifest`` commit. The re-encode leaves that table out (its read_version
+    moved); the write's version, made on top of the field commit, carries the new encoding; no row
+    is lost or doubled."""
+    import threading
+
+    from lancepart.util import faults
+
+    grown, before = _grow(ns, monkeypatch)
+    gate = str(tmp_path / "gate")
+    monkeypatch.setenv(faults.ENV, f"before_manifest_commit:wait:{gate}")
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", ns.compact()))
+    t.start()
+    deadline = dt.datetime.now() + dt.timedelta(seconds=60)
+    while not os.path.exists(gate + ".reached") and dt.datetime.now() < deadline:
+        t.join(0.02)
+    assert os.path.exists(gate + ".reached")
+    os.environ.pop(faults.ENV)  # the writer below runs without the fault
+    extra = _countries(demo_events(100, seed=8, start_id=70_000, days=2))
+    writer = PartitionedNamespace.open(ns.root)
+    writer.write(extra)
+    open(gate, "w").close()
+    t.join(120)
+    assert "r" in out
+    assert out["r"].details["tables_reencoded"] < len(grown), out["r"].details
+    got = published_rows(ns.root)
+    assert got.num_rows == before.num_rows + extra.num_rows
+    assert sorted(got["id"].to_pylist()) == sorted(before["id"].to_pylist() + extra["id"].to_pylist())
+    touched = {p.object_id for p in writer.partitions() if p.object_id in grown}
+    assert all(string_encodings(ns.root)[o][0] == {} for o in touched)

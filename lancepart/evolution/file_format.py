@@ -76,6 +76,35 @@ def small_table_encoding(schema: pa.Schema, rows: int) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata)
 
 
+def grown_uncompressed(ds: lance.LanceDataset, schema: pa.Schema) -> list[str]:
+    """The columns of partition table ``ds`` (a version of it) that :func:`small_table_encoding`
+    left uncompressed when the table was created small, now that it holds :data:`SMALL_TABLE_ROWS`
+    live rows or more: top-level string and binary columns whose table field says
+    ``compression=none`` while the namespace field of that name (in ``schema``) names no
+    compression. Lance encodes every later write by those fields, so such a table stores its
+    strings uncompressed for good unless the field changes (compaction does it:
+    :func:`lancepart.write.upgrade.reencode_grown_tables`). Nothing for a 2.0 table (2.0 does not
+    compress strings) nor for a compression the namespace schema itself names.
+
+    >>> from lancepart.storage.lance_io import open_table
+    >>> grown_uncompressed(open_table(f"{ns.root}/{ns.partitions()[0].location}"), ns.schema)  # a small table
+    []
+    """
+    if table_data_storage_version(ds) in (None, "2.0", "legacy"):
+        return []
+    frags = [f.metadata for f in ds.get_fragments()]
+    if sum((f.physical_rows or 0) - (f.num_deletions or 0) for f in frags) < SMALL_TABLE_ROWS:
+        return []
+    key = COMPRESSION_KEY.encode()
+    out = []
+    for f in ds.schema:
+        if not _textual(f.type) or (f.metadata or {}).get(key) != b"none" or f.name not in schema.names:
+            continue
+        if key not in (schema.field(f.name).metadata or {}):
+            out.append(f.name)
+    return out
+
+
 def check_data_storage_version(value: object) -> str:
     """``value`` if it is a file format version new tables may have, else
     :class:`InvalidArgumentError` naming the key and the value.

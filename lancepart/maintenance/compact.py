@@ -1,7 +1,10 @@
 """Compaction of partition tables, published in ONE ``__manifest`` commit (spec "Transaction /
 Commit Behavior"; docs/design.md §8; docs/layout.md "How commits stay atomic").
 
-Three phases, engine-agnostic (Spark runs the middle one on executors, :mod:`lancepart.spark.compact`):
+Before it plans, tables created small whose strings are stored uncompressed and that have grown
+large get Lance's string compression back (:func:`reencode_grown`, one ``__manifest`` commit, no
+rows changed), so that what the rewrite writes is compressed. Then three phases, engine-agnostic
+(Spark runs the middle one on executors, :mod:`lancepart.spark.compact`):
 
 1. **plan** (driver): the partition tables ``ns.partitions(filter)`` keeps (pruned through
    ``__manifest``), minus those pinned by ``read_tag`` / ``read_branch``. Each is opened at its
@@ -577,6 +580,17 @@ def upgrade_outdated(ns: NamespaceHandle, filter: str | None = None) -> tuple[in
     return batched + sum(1 for r in results if r is True), failures
 
 
+def reencode_grown(ns: NamespaceHandle, filter: str | None = None) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Before a compaction plans: the tables ``filter`` selects that were created small and have
+    grown get Lance's own string compression back, published in one ``__manifest`` commit
+    (:func:`~lancepart.write.upgrade.reencode_grown_tables`), so that the files the compaction then
+    rewrites, and every later append, are compressed. ``({object_id: columns}, {object_id: why})``."""
+    from lancepart.write.upgrade import reencode_grown_tables
+
+    parts = [p for p in ns.partitions(filter) if _skip_reason(p) is None]
+    return reencode_grown_tables(ns.manifest, [(p.object_id, p.location) for p in parts])
+
+
 def compact(
     ns: NamespaceHandle,
     filter: str | None = None,
@@ -604,6 +618,9 @@ def compact(
     upgraded, upgrade_failures = upgrade_outdated(ns, filter)  # older tables into the current schema first
     if upgraded:
         ns.refresh()
+    reencoded, reencode_failures = reencode_grown(ns, filter)  # grown small tables compressed again first
+    if reencoded:
+        ns.refresh()
     plan = plan_compaction(ns, filter, target_rows_per_fragment, min_small_fragments=min_small_fragments,
                            materialize_deletions_threshold=materialize_deletions_threshold)
     phases: dict[str, Any] = {"plan_s": round(time.monotonic() - started, 3)}
@@ -614,6 +631,7 @@ def compact(
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases,
                                max_retries=max_retries, compact_manifest_table=compact_manifest_table,
-                               failures={**upgrade_failures, **failures}, properties=properties)
+                               failures={**upgrade_failures, **reencode_failures, **failures}, properties=properties)
     result.details["schema_upgraded"] = upgraded
+    result.details["tables_reencoded"] = len(reencoded)
     return result

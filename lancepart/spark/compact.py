@@ -28,6 +28,7 @@ from lancepart.maintenance.compact import (
     TableRewrite,
     finish_compaction,
     plan_compaction,
+    reencode_grown,
 )
 from lancepart.namespace import PartitionedNamespace
 from lancepart.results import CommitResult
@@ -122,6 +123,9 @@ def _compact(session: Callable[[], Any], root: str, filter: str | None, target_r
     if tables_per_task is not None and (not isinstance(tables_per_task, int) or tables_per_task < 1):
         raise InvalidArgumentError(f"tables_per_task must be a positive integer, got {tables_per_task!r}")
     ns = PartitionedNamespace.open(root, storage_options=storage_options)
+    reencoded, reencode_failures = reencode_grown(ns, filter)  # on the driver: one __manifest commit, no rows
+    if reencoded:
+        ns.refresh()
     plan = plan_compaction(ns, filter, target_rows_per_fragment, min_small_fragments=min_small_fragments,
                            materialize_deletions_threshold=materialize_deletions_threshold)
     phases: dict[str, Any] = {"plan_s": round(time.monotonic() - started, 3)}
@@ -137,7 +141,8 @@ def _compact(session: Callable[[], Any], root: str, filter: str | None, target_r
         failures = {d["object_id"]: d["message"] for d in answers if d.get("failed")}
     phases["rewrite_s"] = round(time.monotonic() - t, 3)
     result = finish_compaction(ns.manifest, plan, rewrites, started=started, phases=phases, max_retries=max_retries,
-                               compact_manifest_table=compact_manifest_table, failures=failures,
-                               properties=properties)
+                               compact_manifest_table=compact_manifest_table,
+                               failures={**reencode_failures, **failures}, properties=properties)
+    result.details["tables_reencoded"] = len(reencoded)
     log.info("spark compaction of %s: %d tables", ns.root, result.partitions_touched)
     return result

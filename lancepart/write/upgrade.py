@@ -10,7 +10,8 @@ The schema change itself, and how an old table's columns are read, is
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import lance
@@ -18,7 +19,7 @@ import pyarrow as pa
 from lance import LanceOperation
 
 from lancepart.errors import CommitConflictError, SchemaChangedError
-from lancepart.evolution.file_format import table_data_storage_version
+from lancepart.evolution.file_format import COMPRESSION_KEY, grown_uncompressed, table_data_storage_version
 from lancepart.evolution.schema_evolution import (
     MAX_FIELD_ID_KEY,
     SCHEMA_KEY,
@@ -30,7 +31,7 @@ from lancepart.evolution.schema_evolution import (
 )
 from lancepart.model.spec import field_id_of, schema_from_json
 from lancepart.storage.lance_io import open_table, unsliced
-from lancepart.storage.manifest import LanceCommitConflictError, Manifest, backoff
+from lancepart.storage.manifest import LanceCommitConflictError, Manifest, ManifestSnapshot, backoff
 
 log = logging.getLogger("lancepart.schema")
 
@@ -93,11 +94,12 @@ def _schema_refused(e: BaseException) -> bool:
     return "different schema" in text or "schema mismatch" in text.lower()
 
 
-def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, namespace_md: Mapping[str, str],
-                         schema: pa.Schema) -> int | None:
-    """The table at ``uri`` brought to ``schema`` on top of version ``published`` (versions
-    beyond it are nobody's published work: restored past first); the version made, or None
-    when a concurrent commit got in the way (go round again)."""
+def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int,
+                         evolve: Callable[[], int]) -> int | None:
+    """``evolve()`` (commits that change the latest version of the table at ``uri`` but not its
+    rows: a schema change, a field's encoding; the version made) run on top of version
+    ``published`` (versions beyond it are nobody's published work: restored past first); the
+    version made, or None when a concurrent commit got in the way (go round again)."""
     from lancepart.storage.manifest import is_commit_conflict
     from lancepart.storage.table_commit import DROPS_UNPUBLISHED, rows_held
 
@@ -107,7 +109,7 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
         if latest.version != published:  # versions nobody published: start again from the published one
             lance.LanceDataset.commit(uri, LanceOperation.Restore(published), read_version=latest.version,
                                       storage_options=so, commit_message=DROPS_UNPUBLISHED)
-        version = _evolve_table(uri, so, namespace_md, schema)
+        version = evolve()
     except (LanceCommitConflictError, OSError) as e:
         if isinstance(e, OSError) and not is_commit_conflict(e):
             raise
@@ -118,7 +120,7 @@ def _evolve_on_published(uri: str, so: dict[str, str] | None, published: int, na
 
 
 def _publish_upgrades(manifest: Manifest, made: Mapping[str, tuple[int, int]], schema_json: str, *,
-                      max_retries: int) -> set[str]:
+                      max_retries: int, what: str = "upgrade table schema") -> set[str]:
     """ONE ``__manifest`` commit moving each table of ``made`` (object_id -> (published version
     it was upgraded from, version made)) whose ``read_version`` is still the one it was upgraded
     from, while the schema is still ``schema_json``; the object ids it moved."""
@@ -134,9 +136,26 @@ def _publish_upgrades(manifest: Manifest, made: Mapping[str, tuple[int, int]], s
 
     changes = [change(oid, pub, v) for oid, (pub, v) in made.items()]
     published = publish_changes(manifest, lambda s: changes if s.metadata.get(SCHEMA_KEY) == schema_json else [],
-                                what="upgrade table schema", unpublishable="leave_out", check_constraints=False,
+                                what=what, unpublishable="leave_out", check_constraints=False,
                                 max_retries=max_retries)
     return set(published.made)
+
+
+def _on_main(manifest: Manifest, snap: ManifestSnapshot,
+             tables: Sequence[tuple[str, str]]) -> list[tuple[str, str, int]]:
+    """``(object_id, uri, published version)`` of each of ``tables`` (object_id, location) that
+    ``snap`` publishes at a version of its main branch (tables pinned to a tag or a branch are
+    the owner's, left as they are)."""
+    from lancepart.storage.manifest import join_uri
+
+    rows = {r["object_id"]: r for r in snap.lookup([o for o, _ in tables]).to_pylist()}
+    out = []
+    for oid, location in tables:
+        row = rows.get(oid)
+        if row is None or row["read_version"] is None or row["read_branch"] is not None or row["read_tag"] is not None:
+            continue
+        out.append((oid, join_uri(manifest.root, location), row["read_version"]))
+    return out
 
 
 def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max_retries: int = 20
@@ -147,7 +166,6 @@ def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max
     they are not upgraded one commit each). A table another commit got in the way of is left
     as it is: :func:`append_fragments` upgrades it alone. Returns ``{object_id: version
     published}`` of the tables upgraded. Nothing is opened when the schema never changed."""
-    from lancepart.storage.manifest import join_uri
     from lancepart.util.parallel import map_threads
 
     if not tables:
@@ -157,30 +175,81 @@ def upgrade_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max
     if MAX_FIELD_ID_KEY not in md:
         return {}
     schema = schema_from_json(md[SCHEMA_KEY])
-    rows = {r["object_id"]: r for r in snap.lookup([o for o, _ in tables]).to_pylist()}
     so = dict(manifest.storage_options) if manifest.storage_options else None
 
-    def prepare(item: tuple[str, str]) -> tuple[str, int, int] | None:
-        oid, location = item
-        row = rows.get(oid)
-        if row is None or row["read_version"] is None or row["read_branch"] is not None or row["read_tag"] is not None:
-            return None
-        uri = join_uri(manifest.root, location)
-        published = row["read_version"]
+    def prepare(item: tuple[str, str, int]) -> tuple[str, int, int] | None:
+        oid, uri, published = item
         try:
             if is_current(open_table(uri, version=published, storage_options=so).schema, md, schema):
                 return None
         except (OSError, ValueError):  # a table that cannot be opened: left out, its own upgrade names it
             return None
-        version = _evolve_on_published(uri, so, published, md, schema)
+        version = _evolve_on_published(uri, so, published, partial(_evolve_table, uri, so, md, schema))
         return None if version is None else (oid, published, version)
 
-    made = {oid: (pub, v) for oid, pub, v in filter(None, map_threads(prepare, list(tables)))}
+    made = {oid: (pub, v) for oid, pub, v in filter(None, map_threads(prepare, _on_main(manifest, snap, tables)))}
     if not made:
         return {}
     moved = _publish_upgrades(manifest, made, md[SCHEMA_KEY], max_retries=max_retries)
     log.info("%d partition tables brought up to the namespace schema in one commit", len(moved))
     return {oid: made[oid][1] for oid in moved}
+
+
+def reencode_grown_tables(manifest: Manifest, tables: Sequence[tuple[str, str]], *, max_retries: int = 20
+                          ) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Give back Lance's own string compression to every table of ``tables`` (object_id,
+    location) that was created small and has grown (:func:`~lancepart.evolution.file_format.grown_uncompressed`):
+    on top of its published version, one Lance commit removes ``compression=none`` from those
+    fields (rows untouched), and ONE ``__manifest`` commit publishes all of them. The rows written
+    into such a table from then on, and the files a compaction rewrites, are compressed as in a
+    table created large. Returns ``({object_id: columns re-encoded}, {object_id: why its commit
+    failed})``; a table that cannot be opened is left out without a word (the compaction that
+    follows names it).
+
+    Beside other writers: a table whose ``read_version`` moved meanwhile (a write published), or a
+    schema change meanwhile, is left as it is and met again next time. The commit changes no
+    rows, so when it is not published (a kill before the ``__manifest`` commit, or left out) the
+    next lancepart commit on the table either restores past it or carries it, and reads are the
+    same either way."""
+    from lancepart.storage.error_mapping import table_failure
+    from lancepart.util.parallel import map_threads
+
+    if not tables:
+        return {}, {}
+    snap = manifest.snapshot()
+    md = snap.metadata
+    schema = schema_from_json(md[SCHEMA_KEY])
+    so = dict(manifest.storage_options) if manifest.storage_options else None
+    failures: dict[str, str] = {}
+
+    def drop_compression(uri: str, columns: Sequence[str]) -> int:
+        ds = open_table(uri, storage_options=so)
+        ds.update_field_metadata({c: {COMPRESSION_KEY: None} for c in columns})
+        return open_table(uri, storage_options=so).version
+
+    def prepare(item: tuple[str, str, int]) -> tuple[str, int, int, list[str]] | None:
+        oid, uri, published = item
+        try:
+            columns = grown_uncompressed(open_table(uri, version=published, storage_options=so, reuse=True), schema)
+        except (OSError, ValueError):  # a table that cannot be opened: left out, the compaction's plan names it
+            return None
+        if not columns:
+            return None
+        try:
+            version = _evolve_on_published(uri, so, published, partial(drop_compression, uri, columns))
+        except (OSError, ValueError) as e:  # the commit failed: named, the others go on
+            failures[oid] = table_failure(e, uri, oid)
+            return None
+        return None if version is None else (oid, published, version, columns)
+
+    made = {oid: (pub, v, cols)
+            for oid, pub, v, cols in filter(None, map_threads(prepare, _on_main(manifest, snap, tables)))}
+    if not made:
+        return {}, failures
+    moved = _publish_upgrades(manifest, {o: (pub, v) for o, (pub, v, _) in made.items()}, md[SCHEMA_KEY],
+                              max_retries=max_retries, what="re-encode grown tables")
+    log.info("%d grown partition tables re-encoded with Lance's string compression in one commit", len(moved))
+    return {oid: made[oid][2] for oid in sorted(moved)}, failures
 
 
 def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
@@ -208,7 +277,7 @@ def upgrade_table(manifest: Manifest, object_id: str, location: str, *,
         schema = schema_from_json(md[SCHEMA_KEY])
         if is_current(open_table(uri, version=published, storage_options=so).schema, md, schema):
             return None, schema, published
-        version = _evolve_on_published(uri, so, published, md, schema)
+        version = _evolve_on_published(uri, so, published, partial(_evolve_table, uri, so, md, schema))
         if version is not None and _publish_upgrades(manifest, {object_id: (published, version)}, md[SCHEMA_KEY],
                                                      max_retries=max_retries):
             log.info("partition table %s brought up to the namespace schema (version %d)", object_id, version)
