@@ -83,6 +83,16 @@ APPENDIX_A = json.loads("""
 """)
 
 
+@pytest.fixture(autouse=True)
+def _faults_counted_afresh():
+    """A fault spec's ``n`` counts the times its step is reached in this test, not since the worker
+    process started (a test before it may have reached the step with a spec set)."""
+    from lancepart.util import faults
+
+    faults.reset()
+    yield
+
+
 @pytest.fixture
 def appendix_a() -> dict:
     return json.loads(json.dumps(APPENDIX_A))

@@ -406,11 +406,10 @@ def test_killed_spark_job_directories_go(ns, spark, monkeypatch):
     before, tables = ns.to_table().sort_by("id"), {p.location for p in ns.partitions()}
     dead = batch(2, days=3)
     monkeypatch.setenv(faults.ENV, "after_fragments:raise")
-    faults._counts.clear()  # the fault fires the first time this process reaches the step
     with pytest.raises(faults.InjectedFault, match="after_fragments"):
         lps.write(spark_frame(spark, dead), ns.root, mode=dead.mode, batch_id=dead.batch_id)
     monkeypatch.delenv(faults.ENV)
-    faults._counts.clear()
+    faults.reset()
     job_dirs = set(os.listdir(ns.root)) - tables - {"__manifest", "_lancepart_batches"}
     assert job_dirs and all(not os.path.exists(join_uri(ns.root, d, "_versions")) for d in job_dirs)
     for d in job_dirs:  # unreferenced directories obey the retention floor even under allow_short_retention

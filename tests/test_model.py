@@ -517,7 +517,7 @@ class NamespaceModel(RuleBasedStateMachine):
         old = self.state
         before = self.latest()
         if fault:
-            faults._counts.clear()
+            faults.reset()
             os.environ[faults.ENV] = "before_manifest_commit:raise"
         try:
             result = call()
@@ -540,7 +540,7 @@ class NamespaceModel(RuleBasedStateMachine):
         finally:
             if fault:
                 os.environ.pop(faults.ENV, None)
-                faults._counts.clear()
+                faults.reset()
         if expect:
             self.fail(f"{what}: the oracle expected {'/'.join(e.__name__ for e in expect)}, it succeeded: {result!r}")
         new = new_state if new_state is not None else old

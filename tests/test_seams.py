@@ -350,7 +350,7 @@ def test_verify_reports_rows_a_foreign_writer_appended_beyond_read_version(root)
     published_rows = lance.dataset(uri, version=info.read_version).count_rows()
     # a lancepart job that dies before publishing: its table versions carry lancepart's mark
     os.environ[faults.ENV] = "before_manifest_commit:raise"
-    faults._counts.clear()
+    faults.reset()
     try:
         with pytest.raises(LancepartError):
             ns.write(demo_events(100, seed=2, start_id=500, days=1))

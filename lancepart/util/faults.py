@@ -51,6 +51,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def reset() -> None:
+    """Forget how many times each step was reached in this process: a ``raise`` or ``exit``
+    fires on the n-th time its step is reached after the last reset (tests reset before each)."""
+    with _lock:
+        _counts.clear()
+
+
 class InjectedFault(LancepartError):
     """Raised by a ``raise`` fault; never raised in production."""
 
