@@ -414,7 +414,9 @@ class NamespaceModel(RuleBasedStateMachine):
         values = []
         for kind in self.specs[sid]:
             _, src, _ = PFIELDS[kind]
-            x = row.get(src)
+            # a dropped source reads as NULL (spec "Column removal resistant"), though the oracle's
+            # rows written before the drop still hold its old value
+            x = row.get(src) if self.col(src) is not None else None
             values.append(x if kind == "country" else bucket(x, 2) if kind == "bucket" else (x.day if x else None))
         return (sid, tuple(values))
 
